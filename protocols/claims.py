@@ -1,0 +1,449 @@
+"""The datasheet claims the lab grades, as validated pydantic models loaded from the packaged YAML files.
+
+Why: the decision rule, the protocols and the agent's scoring all read the same claims, so one model fixes what a
+claim *is* (kind, value or bounds, unit, spec tolerance, operating conditions, where it is printed) and refuses a
+malformed file before anything is measured. Numbers are `Decimal` so that a verdict exactly at the boundary is
+decided on the digits the datasheet printed, not on a binary float near them.
+
+Conventions the files follow (the decision rule relies on them):
+- `typical`: `value` is the printed Typ.; `low`/`high` may carry the printed Min./Max. around it.
+- `range`: `low` and `high` are the printed limits (low <= high); `value` may carry a printed Typ. inside them.
+- `accuracy`: the claim bounds an *error*; `value` is its nominal (0) and `tolerance` is the printed band
+  (e.g. +/-6 Pa -> value 0, tolerance 6, meaning "symmetric_bound").
+- `max_rating`: a one-sided limit (a Max. or an absolute maximum rating, "<100 mlx") in `high`; `low` for a
+  minimum; both for a rated band (e.g. storage temperature).
+- A tolerance with meaning "none" has value 0: the datasheet printed no spread, and none is invented.
+- A condition maps to a chamber variable (from firmware_bridge.variables) or says why it cannot
+  ("unmatchable: <reason>"), and `kind` names what is missing then (stimulus, observable, reference, environment).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from firmware_bridge.variables import LAYOUTS
+
+from .datasheets import DatasheetIdentity, UnknownDatasheet, datasheet_for, known_datasheets
+
+log = logging.getLogger(__name__)
+
+Component = Literal["DPS310", "Si115x", "ACS70331", "A4988"]
+ClaimKind = Literal["typical", "range", "accuracy", "max_rating"]
+
+PACKAGED_DIR = "protocols/data/claims"
+"""How packaged claim files are named in messages (the files themselves are read through importlib.resources)."""
+
+_ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$")
+_PROTOCOL_RE = re.compile(r"^[a-z0-9_]+\.[a-z0-9_]+$")
+
+
+# --------------------------------------------------------------------------------------------------- errors
+class ClaimError(ValueError):
+    """Base class for claim problems."""
+
+
+class ClaimFileError(ClaimError):
+    """A claim file is malformed; the message names the file, the claim id and the field."""
+
+    def __init__(self, file: str, claim_id: str | None, field: str | None, problem: str) -> None:
+        self.file = file
+        self.claim_id = claim_id
+        self.field = field
+        self.problem = problem
+        parts = [file]
+        if claim_id is not None:
+            parts.append(f"claim {claim_id}")
+        if field is not None:
+            parts.append(f"field {field!r}")
+        super().__init__(": ".join(parts + [problem]))
+
+
+class UnknownClaim(ClaimError, KeyError):
+    """No claim with this id; the message lists the known ids."""
+
+    def __init__(self, claim_id: str, known: list[str]) -> None:
+        self.claim_id = claim_id
+        self.known = known
+        super().__init__(f"unknown claim id {claim_id!r}; known ids: {', '.join(known)}")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+def _problem(field: str, detail: str) -> PydanticCustomError:
+    """A model-level validation error that still names the field it is about."""
+    return PydanticCustomError("claim_consistency", "{detail}", {"field": field, "detail": detail})
+
+
+# ------------------------------------------------------------------------------------------ chamber variables
+@lru_cache(maxsize=1)
+def chamber_variable_names() -> frozenset[str]:
+    """Every variable name in any chamber layout (the names a condition may map to)."""
+    return frozenset(v.name for layout in LAYOUTS.values() for v in layout.variables)
+
+
+# ----------------------------------------------------------------------------------------------- the models
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tolerance(_Strict):
+    """The claim's spec tolerance t and how it enters the combined half-width c = sqrt(u^2 + t^2)."""
+
+    value: Decimal = Field(ge=0)  # in the claim's unit
+    meaning: Literal["symmetric_bound", "one_sided_bound", "none"]  # how the datasheet states it
+    entry: Literal["as_stated", "rectangular"]  # t as stated, or t/sqrt(3)
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _none_means_zero(self) -> Tolerance:
+        if self.meaning == "none" and self.value != 0:
+            raise _problem("value", f"meaning 'none' needs value 0, got {self.value}")
+        if self.meaning != "none" and self.value == 0:
+            raise _problem("value", f"meaning {self.meaning!r} needs a value > 0")
+        return self
+
+
+class Condition(_Strict):
+    """A stated operating condition, and whether (and how) the chamber realises it."""
+
+    name: str = Field(min_length=1)
+    value: str = Field(min_length=1)  # as printed, e.g. "VDD= 1.8V and VDDIO=1.8V"
+    decisive: bool  # would the claimed value change if this condition were not met?
+    variable: str | None = None  # a chamber variable from firmware_bridge.variables
+    unmatchable: str | None = None  # why the chamber cannot realise or observe it
+    kind: Literal["stimulus", "observable", "reference", "environment"] = "stimulus"
+
+    @field_validator("variable")
+    @classmethod
+    def _known_variable(cls, v: str | None) -> str | None:
+        if v is not None and v not in chamber_variable_names():
+            known = ", ".join(sorted(chamber_variable_names()))
+            raise ValueError(f"unknown chamber variable {v!r}; known: {known}")
+        return v
+
+    @model_validator(mode="after")
+    def _exactly_one_mapping(self) -> Condition:
+        if (self.variable is None) == (self.unmatchable is None):
+            raise _problem("variable", "set exactly one of 'variable' and 'unmatchable'")
+        if self.unmatchable is not None and not self.unmatchable.strip():
+            raise _problem("unmatchable", "empty reason")
+        return self
+
+    @property
+    def matched(self) -> bool:
+        return self.variable is not None
+
+
+class Source(_Strict):
+    """Where the claim is printed: page, the verbatim span (whitespace-normalised) and the fidelity needles."""
+
+    page: int = Field(ge=1)
+    span: str = Field(min_length=1)
+    needles: list[str] = Field(min_length=1)  # value and unit, each a substring of span
+    table: str | None = None  # caption of the table it sits in
+
+    @field_validator("span")
+    @classmethod
+    def _normalised_whitespace(cls, v: str) -> str:
+        if v != " ".join(v.split()):
+            raise ValueError("span must have normalised whitespace (single spaces, no line breaks)")
+        return v
+
+    @model_validator(mode="after")
+    def _needles_in_span(self) -> Source:
+        missing = [n for n in self.needles if not n or n not in self.span]
+        if missing:
+            raise _problem("needles", f"needle(s) {missing} do not occur in span {self.span!r}")
+        return self
+
+
+class Claim(_Strict):
+    """One quantitative datasheet claim."""
+
+    id: str
+    component: Component
+    parameter: str = Field(min_length=1)
+    kind: ClaimKind
+    value: Decimal | None = None
+    low: Decimal | None = None
+    high: Decimal | None = None
+    unit: str = Field(min_length=1)
+    tolerance: Tolerance
+    conditions: list[Condition]
+    source: Source
+    datasheet: str  # part key into protocols.datasheets
+    protocol: str | None = None  # protocol registry key, e.g. "dps310.operating_range"
+    resolution_limited_hint: bool = False
+    notes: str = ""
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, v: str) -> str:
+        if not _ID_RE.match(v):
+            raise ValueError(f"claim id {v!r} must be lowercase words joined by '-', e.g. 'dps310-operating-range'")
+        return v
+
+    @field_validator("unit")
+    @classmethod
+    def _unit_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("unit is blank")
+        return v
+
+    @field_validator("datasheet")
+    @classmethod
+    def _known_datasheet(cls, v: str) -> str:
+        try:
+            return datasheet_for(v).part
+        except UnknownDatasheet as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocol_shape(cls, v: str | None) -> str | None:
+        if v is not None and not _PROTOCOL_RE.match(v):
+            raise ValueError(f"protocol key {v!r} must look like 'component.name'")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Claim:
+        prefix = self.component.lower() + "-"
+        if not self.id.startswith(prefix):
+            raise _problem("id", f"id {self.id!r} of a {self.component} claim must start with {prefix!r}")
+        if self.datasheet != self.component:
+            raise _problem("datasheet", f"datasheet {self.datasheet!r} is not the {self.component} datasheet")
+        pages = datasheet_for(self.datasheet).pages
+        if self.source.page > pages:
+            raise _problem("source.page", f"page {self.source.page} is beyond the {pages}-page datasheet")
+        self._check_numbers()
+        return self
+
+    def _check_numbers(self) -> None:
+        v, lo, hi = self.value, self.low, self.high
+        if lo is not None and hi is not None and lo > hi:
+            raise _problem("low", f"inverted range: low {lo} > high {hi}")
+        if v is not None and lo is not None and v < lo:
+            raise _problem("value", f"value {v} is below low {lo}")
+        if v is not None and hi is not None and v > hi:
+            raise _problem("value", f"value {v} is above high {hi}")
+        if self.kind == "typical" and v is None:
+            raise _problem("value", "a typical claim needs 'value'")
+        if self.kind == "range":
+            for name, x in (("low", lo), ("high", hi)):
+                if x is None:
+                    raise _problem(name, f"a range claim needs both 'low' and 'high'; {name!r} is missing")
+        if self.kind == "accuracy":
+            if v is None:
+                raise _problem("value", "an accuracy claim needs 'value' (the nominal error, usually 0)")
+            if self.tolerance.meaning == "none":
+                raise _problem("tolerance", "an accuracy claim needs its printed band as a tolerance")
+        if self.kind == "max_rating" and lo is None and hi is None:
+            raise _problem("high", "a max_rating claim needs 'high' (or 'low' for a minimum rating)")
+
+    # -- conveniences for the decision rule and the reports
+    @property
+    def identity(self) -> DatasheetIdentity:
+        """The datasheet's identity: part, revision, SHA-256, public URL."""
+        return datasheet_for(self.datasheet)
+
+    def decisive_unmatched(self) -> list[Condition]:
+        """Decisive conditions the chamber cannot realise (each forces 'inconclusive')."""
+        return [c for c in self.conditions if c.decisive and not c.matched]
+
+    def matched_variables(self) -> list[str]:
+        return [c.variable for c in self.conditions if c.variable is not None]
+
+
+# ---------------------------------------------------------------------------------------------- loading
+class _DecimalLoader(yaml.SafeLoader):
+    """YAML loader that reads floats as the Decimal of the digits written (0.06 stays 0.06)."""
+
+
+def _construct_decimal(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return loader.construct_yaml_float(node)  # .inf, .nan
+
+
+_DecimalLoader.add_constructor("tag:yaml.org,2002:float", _construct_decimal)
+
+
+def _loc_to_field(loc: tuple[Any, ...], ctx: dict[str, Any] | None) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        else:
+            parts.append(str(item))
+    if ctx and "field" in ctx:
+        parts.append(str(ctx["field"]))
+    return ".".join(parts) or "<claim>"
+
+
+def _describe(err: dict[str, Any]) -> str:
+    if err["type"] == "missing":
+        return "missing"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] in ("literal_error", "enum", "string_type", "decimal_parsing", "int_parsing", "bool_parsing"):
+        msg += f" (got {err.get('input')!r})"
+    return msg
+
+
+def parse_claim(entry: Any, file: str, defaults: Mapping[str, Any] | None = None) -> Claim:
+    """Validate one claim mapping; ClaimFileError names the file, the claim and the (first) bad field."""
+    if not isinstance(entry, dict):
+        raise ClaimFileError(file, None, None, f"a claim must be a mapping, got {type(entry).__name__}")
+    data = {**(defaults or {}), **entry}
+    claim_id = entry.get("id")
+    label = str(claim_id) if claim_id is not None else "<no id>"
+    try:
+        return Claim.model_validate(data)
+    except ValidationError as e:
+        errors = e.errors()
+        first = errors[0]
+        field = _loc_to_field(tuple(first["loc"]), first.get("ctx"))
+        problem = _describe(first)
+        if len(errors) > 1:
+            others = ", ".join(_loc_to_field(tuple(x["loc"]), x.get("ctx")) for x in errors[1:])
+            problem += f" (also: {others})"
+        raise ClaimFileError(file, label, field, problem) from e
+
+
+def parse_claim_file(text: str, file: str) -> list[Claim]:
+    """Parse one claim file's text. Top level: optional `component`/`datasheet` defaults and a `claims` list."""
+    try:
+        doc = yaml.load(text, Loader=_DecimalLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise ClaimFileError(file, None, None, f"not valid YAML: {e}") from e
+    if not isinstance(doc, dict):
+        raise ClaimFileError(file, None, None, "expected a mapping with a 'claims' list")
+    unknown = sorted(set(doc) - {"component", "datasheet", "claims", "notes"})
+    if unknown:
+        raise ClaimFileError(file, None, unknown[0], "unknown top-level key (expected component, datasheet, claims, notes)")
+    if not isinstance(doc.get("claims"), list) or not doc["claims"]:
+        raise ClaimFileError(file, None, "claims", "missing or empty list")
+    defaults = {k: doc[k] for k in ("component", "datasheet") if k in doc}
+    claims = [parse_claim(entry, file, defaults) for entry in doc["claims"]]
+    seen: set[str] = set()
+    for c in claims:
+        if c.id in seen:
+            raise ClaimFileError(file, c.id, "id", "duplicate claim id")
+        seen.add(c.id)
+    return claims
+
+
+def _packaged_files() -> list[tuple[str, Traversable]]:
+    folder = resources.files("protocols").joinpath("data", "claims")
+    files = [f for f in folder.iterdir() if f.name.endswith((".yaml", ".yml"))]
+    return [(f"{PACKAGED_DIR}/{f.name}", f) for f in sorted(files, key=lambda f: f.name)]
+
+
+def _files_at(path: Path) -> list[tuple[str, Traversable]]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml"))
+        if not files:
+            raise ClaimFileError(str(path), None, None, "no .yaml claim files in this folder")
+        return [(str(p), p) for p in files]
+    if not path.exists():
+        raise ClaimFileError(str(path), None, None, "no such file or folder")
+    return [(str(path), path)]
+
+
+def load_claims(path_or_dir: str | Path | None = None) -> dict[str, Claim]:
+    """All claims from one file, a folder of files, or (None) the packaged files; keyed by id, in file order."""
+    sources = _packaged_files() if path_or_dir is None else _files_at(Path(path_or_dir))
+    out: dict[str, Claim] = {}
+    origin: dict[str, str] = {}
+    for name, f in sources:
+        for claim in parse_claim_file(f.read_text(encoding="utf-8"), name):
+            if claim.id in out:
+                raise ClaimFileError(name, claim.id, "id", f"duplicate claim id (also in {origin[claim.id]})")
+            out[claim.id] = claim
+            origin[claim.id] = name
+    log.debug("loaded %d claims from %d file(s)", len(out), len(sources))
+    return out
+
+
+class ClaimSet(Mapping[str, Claim]):
+    """A loaded, read-only set of claims with lookups that fail with the known ids."""
+
+    def __init__(self, claims: Mapping[str, Claim]) -> None:
+        self._claims = dict(claims)
+
+    @classmethod
+    def load(cls, path_or_dir: str | Path | None = None) -> ClaimSet:
+        return cls(load_claims(path_or_dir))
+
+    load_claims = staticmethod(load_claims)  # the contract's spelling: ClaimSet.load_claims(path_or_dir) -> dict
+
+    def __getitem__(self, claim_id: str) -> Claim:
+        return self.get_claim(claim_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._claims)
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._claims)
+
+    def get_claim(self, claim_id: str) -> Claim:
+        try:
+            return self._claims[claim_id]
+        except KeyError:
+            raise UnknownClaim(claim_id, self.ids) from None
+
+    def by_component(self, component: str) -> list[Claim]:
+        return [c for c in self._claims.values() if c.component.lower() == component.lower()]
+
+    def with_protocol(self, protocol: str) -> list[Claim]:
+        return [c for c in self._claims.values() if c.protocol == protocol]
+
+
+def get_claim(claim_id: str, claims: Mapping[str, Claim] | None = None) -> Claim:
+    """One claim by id from `claims` (default: the packaged set); UnknownClaim names the known ids."""
+    pool = dict(claims) if claims is not None else load_claims()
+    if claim_id not in pool:
+        raise UnknownClaim(claim_id, list(pool))
+    return pool[claim_id]
+
+
+def datasheets_in_use(claims: Mapping[str, Claim]) -> list[DatasheetIdentity]:
+    """The identities of the datasheets these claims cite, in the datasheet table's order."""
+    used = {c.datasheet for c in claims.values()}
+    return [d for d in known_datasheets() if d.part in used]
+
+
+# ------------------------------------------------------------------------------------- text normalisation
+_DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-")
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\ufeff"), None)
+_SIGNS = {ord("\u00ba"): "\u00b0", ord("\u03bc"): "\u00b5"}  # masculine ordinal as degree; Greek mu as micro
+
+
+def normalise_text(text: str, *, dashes: bool = True, signs: bool = False) -> str:
+    """Text for comparing against a PDF text layer: collapsed whitespace (incl. thin/no-break spaces), no soft
+    hyphens; optionally every dash as '-' and the look-alike signs (U+00BA, U+03BC) folded to degree and micro."""
+    text = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
+    if dashes:
+        text = text.translate(_DASHES)
+    if signs:
+        text = text.translate(_SIGNS)
+    return " ".join(text.split())
