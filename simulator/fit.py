@@ -1,0 +1,219 @@
+"""Estimate simulator parameters from a recorded experiment (public CSV layout): barometer offsets and noise,
+light-sensor gains.
+
+Why: so that "built from the public chamber data" holds when a user has the data. `bench_cli.py sim fit` calls
+`fit_recording` and writes the result as a parameter file (simulator/params.py) for `sim serve --params`.
+
+Methods, stated so a reader can check them:
+- Wind tunnel, from the rows with both fans off (load_in = load_out = 0; other rows are ignored):
+  * offsets: mean over rows of (reading − mean of the four readings in that row). Offsets are therefore
+    RELATIVE TO THE MEAN OF THE FOUR UNITS (they sum to 0): no single unit is a traceable reference.
+    `ambient_mean_pa` is the mean of the four-unit average.
+  * noise per unit and oversampling: rows are grouped by their four `osr_*` settings; within each group the
+    pair differences p_i − p_j cancel the common ambient pressure exactly, and their first differences cancel
+    slow relative drift, so var(Δ(p_i − p_j))/2 = σ_i² + σ_j². The six pairs are solved for the four σ² by
+    least squares (the "three-cornered hat"), negatives clipped to 0. The pooled table entry for an oversampling
+    is the RMS over units. Oversamplings absent from the recording keep their defaults (listed in the report).
+- Light tunnel: log(mean code) = condition effect + log g_diode + log g_t, fitted by least squares over groups of
+  rows with equal settings, per channel (ir, vis) and pooled over the three sensors; groups with any saturated
+  (65535) code or a mean below 20 counts are left out whole. Gains are relative to the lowest step observed, which keeps its default.
+  Steps that the recording does not vary keep their defaults (listed in the report).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simulator.params import BAROMETERS, OSR_VALUES, SimParams
+from simulator.replay import Recording, read_recording
+
+log = logging.getLogger(__name__)
+
+CODE_SATURATED = 65535.0
+CODE_FLOOR = 20.0
+
+
+class FitError(ValueError):
+    """The recording cannot support the requested estimate (says what rows it needed and what it had)."""
+
+
+@dataclass
+class FitResult:
+    params: SimParams
+    report: dict = field(default_factory=dict)
+
+
+def fit_recording(recording: str | Path | Recording, base: SimParams | None = None) -> FitResult:
+    """Fit what the recording supports; parameters it cannot inform keep `base` (defaults if None)."""
+    rec = recording if isinstance(recording, Recording) else read_recording(recording)
+    params = (base or SimParams()).model_copy(deep=True)
+    params.source = f"sim fit of {Path(rec.path).name} ({len(rec.rows)} rows)"
+    if rec.layout.chamber == "wt":
+        report = _fit_wind_tunnel(rec, params)
+    else:
+        report = _fit_light_tunnel(rec, params)
+    report["recording"] = str(rec.path)
+    report["layout"] = f"{rec.layout.chamber}/{rec.layout.config}"
+    report["rows"] = int(len(rec.rows))
+    return FitResult(params, report)
+
+
+# ------------------------------------------------------------------------------------------------ wind tunnel
+def _fit_wind_tunnel(rec: Recording, params: SimParams) -> dict:
+    wt = params.wind_tunnel
+    pressures = np.column_stack([rec.column(f"pressure_{b}") for b in BAROMETERS])
+    osrs = np.column_stack([rec.column(f"osr_{b}") for b in BAROMETERS])
+    fans_off = (rec.column("load_in") == 0) & (rec.column("load_out") == 0) & np.all(np.isfinite(pressures), axis=1)
+    n_off = int(fans_off.sum())
+    if n_off < 10:
+        raise FitError(
+            f"{rec.path}: barometer offsets and noise need at least 10 rows with both fans off "
+            f"(load_in = load_out = 0); the recording has {n_off} of {len(rec.rows)}"
+        )
+    p = pressures[fans_off]
+    row_mean = p.mean(axis=1)
+    offsets = (p - row_mean[:, None]).mean(axis=0)
+    wt.barometer_offsets_pa = {b: float(o) for b, o in zip(BAROMETERS, offsets)}
+    wt.ambient_mean_pa = float(row_mean.mean())
+
+    # noise: contiguous fans-off runs with unchanged oversampling, grouped by the four settings
+    sums = {b: {o: 0.0 for o in OSR_VALUES} for b in BAROMETERS}  # Σ weight·σ²
+    weights = {b: {o: 0 for o in OSR_VALUES} for b in BAROMETERS}
+    groups = []
+    idx = np.flatnonzero(fans_off)
+    counters = rec.column("counter")
+    breaks = np.flatnonzero(
+        (np.diff(idx) != 1) | np.any(np.diff(osrs[idx], axis=0) != 0, axis=1) | (np.diff(counters[idx]) != 1)
+    )
+    for run in np.split(idx, breaks + 1):
+        if len(run) < 3:
+            continue
+        key = tuple(int(round(x)) for x in osrs[run[0]])
+        groups.append((key, run))
+    pairs = list(itertools.combinations(range(4), 2))
+    design = np.zeros((len(pairs), 4))
+    for row, (i, j) in enumerate(pairs):
+        design[row, i] = design[row, j] = 1.0
+    by_key: dict[tuple, list[np.ndarray]] = {}
+    for key, run in groups:
+        by_key.setdefault(key, []).append(run)
+    group_report = []
+    for key, runs in by_key.items():
+        n_steps = sum(len(run) - 1 for run in runs)
+        if n_steps < 10:
+            continue
+        pair_var = np.array(
+            [np.var(np.concatenate([np.diff(pressures[r][:, i] - pressures[r][:, j]) for r in runs]), ddof=1) / 2.0 for i, j in pairs]
+        )
+        var, *_ = np.linalg.lstsq(design, pair_var, rcond=None)
+        if np.any(var < 0):
+            log.warning("%s: negative noise variance for osr %s clipped to 0 (too few rows?)", rec.path, key)
+        var = np.clip(var, 0.0, None)
+        for u, b in enumerate(BAROMETERS):
+            if key[u] in sums[b]:
+                sums[b][key[u]] += n_steps * var[u]
+                weights[b][key[u]] += n_steps
+        group_report.append({"osr": dict(zip(BAROMETERS, key)), "steps": n_steps, "sigma_pa": dict(zip(BAROMETERS, np.sqrt(var).round(4).tolist()))})
+    if not group_report:
+        raise FitError(f"{rec.path}: noise needs at least 10 consecutive fans-off rows at unchanged oversampling")
+
+    pooled = dict(wt.barometer_noise_pa)
+    by_unit: dict[str, dict[int, float]] = {}
+    fitted_osr, kept_osr = [], []
+    for o in OSR_VALUES:
+        total = sum(weights[b][o] for b in BAROMETERS)
+        if total:
+            pooled[o] = float(np.sqrt(sum(sums[b][o] for b in BAROMETERS) / total))
+            fitted_osr.append(o)
+        else:
+            kept_osr.append(o)
+    for b in BAROMETERS:
+        by_unit[b] = {o: (float(np.sqrt(sums[b][o] / weights[b][o])) if weights[b][o] else pooled[o]) for o in OSR_VALUES}
+    wt.barometer_noise_pa = pooled
+    wt.barometer_noise_by_unit_pa = by_unit
+    return {
+        "fans_off_rows": n_off,
+        "offsets_pa": wt.barometer_offsets_pa,
+        "offsets_reference": "mean of the four barometers (offsets sum to 0)",
+        "ambient_mean_pa": wt.ambient_mean_pa,
+        "noise_pa_by_osr": {str(o): pooled[o] for o in OSR_VALUES},
+        "noise_pa_by_unit": {b: {str(o): v for o, v in d.items()} for b, d in by_unit.items()},
+        "osr_fitted": fitted_osr,
+        "osr_kept_default": kept_osr,
+        "groups": group_report,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ light tunnel
+def _fit_light_tunnel(rec: Recording, params: SimParams) -> dict:
+    lt = params.light_tunnel
+    report: dict = {}
+    for channel, diode_field, t_field, n_diode in (
+        ("ir", "ir_diode_gains", "t_gains_ir", 3),
+        ("vis", "vis_diode_gains", "t_gains_vis", 2),
+    ):
+        keys, values = [], []
+        for k in (1, 2, 3):
+            code = rec.column(f"{channel}_{k}")
+            cond = np.column_stack(
+                [rec.column(n) for n in ("red", "green", "blue", "pol_1", "pol_2", f"l_{k}1", f"l_{k}2")]
+            )
+            diode = rec.column(f"diode_{channel}_{k}")
+            t = rec.column(f"t_{channel}_{k}")
+            groups: dict[tuple, list[float]] = {}
+            for i in np.flatnonzero(np.isfinite(code)):
+                key = (k, *cond[i].tolist(), int(diode[i]), int(t[i]))
+                groups.setdefault(key, []).append(code[i])
+            for key, codes in groups.items():
+                # whole groups are kept or left out (never single rows: that would bias the mean)
+                if max(codes) >= CODE_SATURATED or np.mean(codes) < CODE_FLOOR:
+                    continue
+                keys.append(key)
+                values.append(float(np.mean(codes)))
+        diode_gains = list(getattr(lt, diode_field))
+        t_gains = list(getattr(lt, t_field))
+        if not keys:
+            report[channel] = {"fitted": False, "reason": "no unsaturated codes above the floor"}
+            continue
+        conditions = sorted({key[:-2] for key in keys})
+        d_levels = sorted({key[-2] for key in keys})
+        t_levels = sorted({key[-1] for key in keys})
+        # columns: one per condition, then diode levels and t levels except the lowest observed (reference)
+        cols = len(conditions) + (len(d_levels) - 1) + (len(t_levels) - 1)
+        a = np.zeros((len(keys), cols))
+        cond_at = {c: i for i, c in enumerate(conditions)}
+        for row, key in enumerate(keys):
+            a[row, cond_at[key[:-2]]] = 1.0
+            if key[-2] != d_levels[0]:
+                a[row, len(conditions) + d_levels.index(key[-2]) - 1] = 1.0
+            if key[-1] != t_levels[0]:
+                a[row, len(conditions) + len(d_levels) - 1 + t_levels.index(key[-1]) - 1] = 1.0
+        if np.linalg.matrix_rank(a) < cols:
+            report[channel] = {"fitted": False, "reason": "gain steps are confounded with other settings"}
+            continue
+        coef, *_ = np.linalg.lstsq(a, np.log(values), rcond=None)
+        base = len(conditions)
+        for i, level in enumerate(d_levels[1:]):
+            diode_gains[level] = diode_gains[d_levels[0]] * float(np.exp(coef[base + i]))
+        base += len(d_levels) - 1
+        for i, level in enumerate(t_levels[1:]):
+            t_gains[level] = t_gains[t_levels[0]] * float(np.exp(coef[base + i]))
+        setattr(lt, diode_field, tuple(diode_gains))
+        setattr(lt, t_field, tuple(t_gains))
+        report[channel] = {
+            "fitted": True,
+            "diode_gains": diode_gains,
+            "t_gains": t_gains,
+            "diode_steps_seen": d_levels,
+            "t_steps_seen": t_levels,
+            "reference": f"diode {d_levels[0]} and t {t_levels[0]} keep their defaults",
+            "kept_default": {"diode": [d for d in range(n_diode) if d not in d_levels], "t": [t for t in range(4) if t not in t_levels]},
+        }
+    if not any(r.get("fitted") for r in report.values()):
+        raise FitError(f"{rec.path}: light-sensor gains need rows that vary diode_* or t_* with unsaturated codes")
+    return report

@@ -1,0 +1,164 @@
+"""Light-tunnel physics: three Si1151 light sensors behind two polarizers, the light-source current, angle sensors.
+
+Why this shape: the published deterministic sensor model of the causalchamber package (response matrix S,
+distances, polarizer transmissions, Malus's law) fixes the *mean* code; a realistic chamber adds what the model
+leaves out and what verdicts depend on — 16-bit codes that saturate at 65535 and read-out noise.
+
+The model (numbers in simulator/params.py, sources in ../shared/docs/chamber-facts.md), for RGB = (red, green,
+blue) of the 37 LEDs:
+- sensor 1: mean = g_diode · g_t · (S · RGB), with relative gains g_diode = ir (1, 2, 4) / visible (1, 2) and
+  g_t = 2^t for the integration time 48.8 µs·2^t;
+- sensor 2: the same with diag(Ts)·RGB (polarizer 1) and (d1/d2)²;
+- sensor 3: diag(Tc + (Tp − Tc)·cos²(θ1 − θ2))·RGB (both polarizers, Malus) and (d1/d3)²;
+- internal LEDs l_j1, l_j2 (lit only while sensor j is read) add `led_*_per_level`·(l_j1 + l_j2) counts at
+  gain 1 (assumed: no public figure).
+
+Noise model — ASSUMED, no public Si1151 noise figures exist: the code is Gaussian around the mean with variance
+dark_sd_counts² + shot_gain·mean (a read-out floor plus a Poisson-like term in code units; defaults 2 counts and
+1 count per count), rounded to an integer and clipped to 0..65535, so 65535 means saturated exactly as on the
+chip. Both numbers are parameters (LightTunnelParams) and can be set from data.
+
+Light-source current: counts = (Q·RGB + C0)·5/v_c on the 10-bit ADC (causalchamber model), averaged over osr_c
+reads. Angle sensors: counts = (A·θ + a_k)·5/v_angle_k, capped at 1023. Polarizer angles θ are the angles the
+A4988 steppers really reach (nearest 1/8 microstep through the 25:50 gear, 0.1125°).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from firmware_bridge.variables import UNSET, Kind, layout_for
+from simulator.noise import ADC_FULL_SCALE, restore, snapshot, stepper_angle
+from simulator.params import SimParams
+
+CODE_MAX = 65535.0
+
+POWER_ON: dict[str, float] = {
+    # causal-chamber light_tunnel.ino setup(): internal LEDs off, diode_ir 2 / diode_vis 1 / t 3 on every sensor,
+    # polarizers homed to 0; LED colour, ADC oversampling (1) and references (DEFAULT = 5 V) untouched.
+    "red": 0.0,
+    "green": 0.0,
+    "blue": 0.0,
+    "osr_c": 1.0,
+    "v_c": 5.0,
+    "pol_1": 0.0,
+    "pol_2": 0.0,
+    "osr_angle_1": 1.0,
+    "osr_angle_2": 1.0,
+    "v_angle_1": 5.0,
+    "v_angle_2": 5.0,
+    **{f"l_{j}{k}": 0.0 for j in (1, 2, 3) for k in (1, 2)},
+    **{f"diode_ir_{k}": 2.0 for k in (1, 2, 3)},
+    **{f"diode_vis_{k}": 1.0 for k in (1, 2, 3)},
+    **{f"t_ir_{k}": 3.0 for k in (1, 2, 3)},
+    **{f"t_vis_{k}": 3.0 for k in (1, 2, 3)},
+}
+
+UNSET_AT_POWER_ON = frozenset(("red", "green", "blue", "osr_c", "v_c", "osr_angle_1", "osr_angle_2", "v_angle_1", "v_angle_2"))
+"""Actuators the real board reports as -9999 until the host sets them (used when params.power_on_reports_unset)."""
+
+
+class LightTunnelModel:
+    """PhysicsModel of the Mk1 light tunnel (config "standard")."""
+
+    def __init__(
+        self,
+        params: SimParams | None = None,
+        *,
+        config: str = "standard",
+        rng: np.random.Generator | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.params = params or SimParams()
+        self.p = self.params.light_tunnel
+        self.layout = layout_for("lt", config)
+        self.config = config
+        self.rows_per_second = self.p.rows_per_second
+        self._rng = rng if rng is not None else np.random.default_rng(seed)
+        self._rng_state = snapshot(self._rng)
+        self._actuators = [v.name for v in self.layout.variables if v.kind is Kind.ACTUATOR]
+        self._col = {name: i for i, name in enumerate(self.layout.names)}
+        self._power_on = {n: POWER_ON.get(n, 0.0) for n in self._actuators}
+        for name, value in self.params.power_on.items():
+            if name in self._power_on:
+                self._power_on[name] = float(value)
+        self._code_cols = [self._col[f"{ch}_{k}"] for k in (1, 2, 3) for ch in ("ir", "vis")]
+        self.reset()
+
+    def reset(self) -> None:
+        restore(self._rng, self._rng_state)
+        self._settings = dict(self._power_on)
+        unset = self.params.power_on_reports_unset
+        self._reported = {n: (UNSET if unset and n in UNSET_AT_POWER_ON else v) for n, v in self._settings.items()}
+        self._time = 0.0
+
+    def apply(self, name: str, value: float) -> None:
+        if name not in self._settings:
+            raise KeyError(f"light tunnel has no actuator {name!r}; actuators: {', '.join(self._actuators)}")
+        self._settings[name] = float(value)
+        self._reported[name] = float(value)
+
+    def state(self) -> dict[str, float]:
+        return dict(self._reported)
+
+    # ------------------------------------------------------------------------------------------ physics
+    def polarizer_angle(self, k: int) -> float:
+        p = self.p
+        return stepper_angle(self._settings[f"pol_{k}"], p.polarizer_steps_per_rev, p.polarizer_gear_ratio)
+
+    def mean_codes(self) -> np.ndarray:
+        """Noiseless, unclipped codes (ir_1, vis_1, ir_2, vis_2, ir_3, vis_3) for the current settings."""
+        p = self.p
+        s = self._settings
+        rgb = np.array([s["red"], s["green"], s["blue"]], dtype=float)
+        S = np.array(p.response_matrix)
+        d1, d2, d3 = p.distances
+        delta = math.radians(self.polarizer_angle(1) - self.polarizer_angle(2))
+        tp, tc = np.array(p.t_parallel), np.array(p.t_crossed)
+        light = (
+            S @ rgb,
+            S @ (np.array(p.t_single) * rgb) * (d1 / d2) ** 2,
+            S @ ((tc + (tp - tc) * math.cos(delta) ** 2) * rgb) * (d1 / d3) ** 2,
+        )
+        codes = np.empty(6)
+        for j, (ir, vis) in enumerate(light, start=1):
+            leds = s[f"l_{j}1"] + s[f"l_{j}2"]
+            g_ir = p.ir_diode_gains[int(s[f"diode_ir_{j}"])] * p.t_gains_ir[int(s[f"t_ir_{j}"])]
+            g_vis = p.vis_diode_gains[int(s[f"diode_vis_{j}"])] * p.t_gains_vis[int(s[f"t_vis_{j}"])]
+            codes[2 * (j - 1)] = g_ir * (ir + p.led_ir_per_level * leds)
+            codes[2 * (j - 1) + 1] = g_vis * (vis + p.led_vis_per_level * leds)
+        return codes
+
+    def _adc(self, counts_at_5v: float, vref: float, osr: float, n: int) -> np.ndarray:
+        """A 10-bit read given the count the model predicts for a 5 V reference, averaged over osr reads."""
+        osr = max(1, int(osr))
+        true = counts_at_5v * 5.0 / vref
+        x = true + self._rng.standard_normal(n) * (self.p.adc_noise_counts / math.sqrt(osr))
+        return np.clip(np.round(x * osr) / osr, 0.0, ADC_FULL_SCALE)
+
+    def sample(self, n: int) -> np.ndarray:
+        if n < 0:
+            raise ValueError(f"sample needs n >= 0, got {n}")
+        p = self.p
+        s = self._settings
+        col = self._col
+        out = np.zeros((n, self.layout.row_length))
+        for name in self._actuators:
+            out[:, col[name]] = self._reported[name]
+        mean = self.mean_codes()
+        sd = np.sqrt(p.dark_sd_counts**2 + p.shot_gain * np.maximum(mean, 0.0))
+        codes = mean + self._rng.standard_normal((n, 6)) * sd
+        out[:, self._code_cols] = np.clip(np.round(codes), 0.0, CODE_MAX)
+
+        rgb = np.array([s["red"], s["green"], s["blue"]])
+        out[:, col["current"]] = self._adc(float(np.dot(p.current_q, rgb)) + p.current_c0, s["v_c"], s["osr_c"], n)
+        for k in (1, 2):
+            counts = p.angle_counts_per_deg * self.polarizer_angle(k) + p.angle_zero_counts[k - 1]
+            out[:, col[f"angle_{k}"]] = self._adc(counts, s[f"v_angle_{k}"], s[f"osr_angle_{k}"], n)
+        out[:, col["camera"]] = 0.0
+        out[:, col["v_board"]] = p.v_board_counts
+        out[:, col["v_reg"]] = p.v_reg_counts
+        self._time += n / self.rows_per_second
+        return out

@@ -1,0 +1,312 @@
+"""Wind-tunnel physics: fans, fan currents, four DPS310 barometers, microphone and potentiometer read-back.
+
+Why this shape: verdicts computed on the simulator must behave like the real chamber, so the barometers carry
+what makes the real ones hard to use — a fixed per-unit offset (they agree only with the fans off) and noise set
+by each unit's oversampling — on top of the published mechanistic models of the causalchamber package:
+A1 (steady fan speed), A2 (spin-up/down dynamics), B1 (drawn current) and C3 (chamber pressure from both fans and
+the hatch). Numbers: simulator/params.py, sources in ../shared/docs/chamber-facts.md.
+
+Modelling choices, stated so they can be checked:
+- Fan speed: A1 gives the steady state ω∞(L); A2's equation dω/dt = a − Kω²/I is solved in closed form with a
+  chosen so that its steady state is A1's (A2's own torque law would give ω∞ ∝ L^1.5, contradicting A1). An
+  unpowered fan decays as ω0/(1 + Kω0t/I) and reads 0 below `fan_stall_rpm` (assumed).
+- rpm readings are 30e6/Δt (Δt in whole µs, `res`=1) or 30000/Δt (whole ms, `res`=0), as the firmware computes
+  them from tachometer ticks, plus Gaussian jitter `rpm_noise_rpm` (assumed).
+- C3 with fan affinity laws (S_max ∝ ω², Q_max ∝ ω) gives the closed form S_r(ω) = S_max·(ω/ω_max)²·(1 − r(H)).
+  pressure_downwind = ambient + S_r(ω_in) − S_r(ω_out). Upwind and intake have no public model: we assume
+  upwind − ambient = `upwind_fraction`·(downwind − ambient) and intake − ambient = −`intake_suction_fraction`·
+  S_r(ω_in). With both fans stopped all four read the ambient pressure plus their offset and noise.
+- Barometers: reading = true pressure + unit offset + N(0, σ(osr)²) + `barometer_temperature_pa_per_k`·ΔT(t)
+  where ΔT drifts linearly at `temperature_drift_k_per_hour` (0 = off; the firmware compensates with a
+  temperature read once at start-up, so a drift shows as a pressure error).
+- Fan current: B1 in amperes, through `current_chain` (see params) into a 10-bit ADC read against the
+  *calibrated* reference, averaged over `osr_in`/`osr_out` reads.
+- Microphone (assumed, no public model): bias + fan hum ∝ mean (ω/ω_max)² + speaker white noise scaled by
+  pot_1 (and pot_2 as amplification), read on the ADC. signal_k = pot_k/255 of the supply, read on the ADC.
+- Ambient pressure: simulator/noise.py SmoothWalk around `ambient_mean_pa`.
+- Hatch: the A4988 stepper reaches the nearest 1/16 microstep (0.1125°).
+- pressure-control configuration: the firmware's PID (error = downwind − input; output in −1..1; positive
+  drives the intake fan, negative the exhaust, the other fan at 0.01) runs row by row; a load set explicitly
+  (not -9999) overrides the PID for that fan, as on the board.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from firmware_bridge.variables import UNSET, Kind, layout_for
+from simulator.noise import SmoothWalk, adc_counts, restore, snapshot, stepper_angle
+from simulator.params import BAROMETERS, SimParams
+
+RAD_PER_RPM = math.pi / 30.0
+
+POWER_ON: dict[str, float] = {
+    # What the Mk1 wind-tunnel firmware's setup() leaves in force (causal-chamber wind_tunnel.ino): loads 0.01
+    # (fans idle at L_min), pots 0, hatch homed at 0, barometers at oversampling setting 0x0 (= 1 sample),
+    # ADC oversampling 1, ADC reference DEFAULT (5 V), tachometer high resolution.
+    "hatch": 0.0,
+    "pot_1": 0.0,
+    "pot_2": 0.0,
+    "osr_1": 1.0,
+    "osr_2": 1.0,
+    "osr_mic": 1.0,
+    "osr_in": 1.0,
+    "osr_out": 1.0,
+    "osr_upwind": 1.0,
+    "osr_downwind": 1.0,
+    "osr_ambient": 1.0,
+    "osr_intake": 1.0,
+    "v_1": 5.0,
+    "v_2": 5.0,
+    "v_mic": 5.0,
+    "v_in": 5.0,
+    "v_out": 5.0,
+    "load_in": 0.01,
+    "load_out": 0.01,
+    "res_in": 1.0,
+    "res_out": 1.0,
+    # pressure-control only
+    "input": float("nan"),  # the firmware sets the target to the first downwind reading (filled at reset)
+    "gain_p": -0.5,
+    "gain_i": -1e-3,
+    "gain_d": -0.1,
+}
+
+UNSET_AT_POWER_ON = frozenset(
+    name for name in POWER_ON if name not in ("load_in", "load_out", "pot_1", "pot_2", "input", "gain_p", "gain_i", "gain_d")
+)
+"""Actuators the real board reports as -9999 until the host sets them (used when params.power_on_reports_unset)."""
+
+
+class WindTunnelModel:
+    """PhysicsModel of the Mk1 wind tunnel (configs "standard" and "pressure-control")."""
+
+    def __init__(
+        self,
+        params: SimParams | None = None,
+        *,
+        config: str = "standard",
+        rng: np.random.Generator | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.params = params or SimParams()
+        p = self.params.wind_tunnel
+        self.p = p
+        self.layout = layout_for("wt", config)
+        self.config = config
+        self.rows_per_second = p.rows_per_second
+        self._dt = 1.0 / p.rows_per_second
+        self._rng = rng if rng is not None else np.random.default_rng(seed)
+        self._vref_cal = {float(k): float(v) for k, v in p.vref_calibrated.items()}
+        self._actuators = [v.name for v in self.layout.variables if v.kind is Kind.ACTUATOR]
+        self._col = {name: i for i, name in enumerate(self.layout.names)}
+        self._power_on = {n: POWER_ON.get(n, 0.0) for n in self._actuators}
+        for name, value in self.params.power_on.items():
+            if name in self._power_on:
+                self._power_on[name] = float(value)
+        # Offsets are drawn once from the generator, then its state is kept so reset() replays the same noise.
+        if p.barometer_offsets_pa is not None:
+            self.offsets = np.array([p.barometer_offsets_pa[b] for b in BAROMETERS], dtype=float)
+        else:
+            bound = p.barometer_offset_bound_pa
+            drawn = self._rng.uniform(-bound, bound, size=len(BAROMETERS))
+            drawn[BAROMETERS.index("ambient")] = 0.0  # the ambient reading is the true ambient
+            self.offsets = drawn
+        self._rng_state = snapshot(self._rng)
+        self._walk = SmoothWalk(p.ambient_walk_sd_pa, p.ambient_walk_timescale_s, p.ambient_rate_timescale_s, self._dt)
+        self.reset()
+
+    # ------------------------------------------------------------------------------------------ contract
+    def reset(self) -> None:
+        """Power-on state: firmware defaults, fans at rest, time 0, generator re-seeded."""
+        restore(self._rng, self._rng_state)
+        self._walk.reset()
+        self._settings = dict(self._power_on)
+        self._reported = {
+            n: (UNSET if self.params_reports_unset and n in UNSET_AT_POWER_ON else v) for n, v in self._settings.items()
+        }
+        self._load_override: dict[str, bool] = {"load_in": False, "load_out": False}
+        self._omega = {"in": 0.0, "out": 0.0}
+        self._time = 0.0
+        self._pid_prev_error = 0.0
+        self._pid_sum_error = 0.0
+        if "input" in self._settings:
+            target = self.p.ambient_mean_pa + self.offsets[BAROMETERS.index("downwind")]
+            self._settings["input"] = target
+            self._reported["input"] = target
+
+    @property
+    def params_reports_unset(self) -> bool:
+        return bool(self.params.power_on_reports_unset)
+
+    def apply(self, name: str, value: float) -> None:
+        """Take a validated actuator value. Sensor overrides and bookkeeping are the firmware's, not ours."""
+        if name not in self._settings:
+            raise KeyError(f"wind tunnel ({self.config}) has no actuator {name!r}; actuators: {', '.join(self._actuators)}")
+        value = float(value)
+        if name in self._load_override and self.config == "pressure-control":
+            self._load_override[name] = value != UNSET
+            if value == UNSET:
+                return
+        self._settings[name] = value
+        self._reported[name] = value
+
+    def state(self) -> dict[str, float]:
+        return dict(self._reported)
+
+    def sample(self, n: int) -> np.ndarray:
+        if n < 0:
+            raise ValueError(f"sample needs n >= 0, got {n}")
+        if self.config == "pressure-control":
+            return self._sample_pressure_control(n)
+        return self._sample_standard(n)
+
+    # ------------------------------------------------------------------------------------------ physics
+    def steady_rpm(self, load: float) -> float:
+        """Model A1: ω∞ = max(L, L_min)·ω_max, 0 when L = 0."""
+        if load <= 0.0:
+            return 0.0
+        return max(load, self.p.fan_l_min) * self.p.fan_rpm_max
+
+    def fan_current_a(self, load: float) -> float:
+        """Model B1: C = C_min + max(L, L_min)³·(C_max − C_min); C_min when L = 0."""
+        p = self.p
+        if load <= 0.0:
+            return p.current_min_a
+        return p.current_min_a + max(load, p.fan_l_min) ** 3 * (p.current_max_a - p.current_min_a)
+
+    def airflow_ratio(self, hatch_deg: float) -> float:
+        return min(1.0, self.p.airflow_ratio_r0 + self.p.airflow_ratio_beta * hatch_deg / 45.0)
+
+    def static_pressure(self, rpm: np.ndarray, hatch_deg: float) -> np.ndarray:
+        """Model C3's S_r(ω) in closed form: S_max·(ω/ω_max)²·(1 − r(H))."""
+        s = np.asarray(rpm, dtype=float) / self.p.fan_rpm_max
+        return self.p.fan_static_pressure_max_pa * s * s * (1.0 - self.airflow_ratio(hatch_deg))
+
+    def vref_calibrated(self, nominal: float) -> float:
+        for k, v in self._vref_cal.items():
+            if abs(k - nominal) < 1e-6:
+                return v
+        raise KeyError(f"no calibrated value for ADC reference {nominal} V; known: {sorted(self._vref_cal)}")
+
+    def _fan_trajectory(self, fan: str, load: float, times: np.ndarray) -> np.ndarray:
+        """ω (rad/s) at `times` seconds after now, from the current ω; updates the carried state."""
+        p = self.p
+        b = p.fan_drag_k / p.fan_inertia_kg_m2
+        w0 = self._omega[fan]
+        w_ss = self.steady_rpm(load) * RAD_PER_RPM
+        if w_ss <= 0.0:
+            w = w0 / (1.0 + b * w0 * times)
+            w = np.where(w < p.fan_stall_rpm * RAD_PER_RPM, 0.0, w)
+        elif abs(w0 - w_ss) < 1e-12 * w_ss:
+            w = np.full_like(times, w_ss)
+        else:
+            k = b * w_ss
+            if w0 < w_ss:
+                w = w_ss * np.tanh(k * times + math.atanh(w0 / w_ss))
+            else:
+                w = w_ss / np.tanh(k * times + math.atanh(w_ss / w0))
+        if len(w):
+            self._omega[fan] = float(w[-1])
+        return w
+
+    def _rpm_reading(self, omega: np.ndarray, res: float, n: int) -> np.ndarray:
+        rpm = omega / RAD_PER_RPM
+        noisy = rpm + self._rng.standard_normal(n) * self.p.rpm_noise_rpm
+        ticks_per_s = 1e6 if res >= 0.5 else 1e3
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dt_ticks = np.round(30.0 * ticks_per_s / noisy)
+            quantised = 30.0 * ticks_per_s / dt_ticks
+        return np.where(rpm > 0.0, np.clip(quantised, 0.0, None), 0.0)
+
+    def _current_volts(self, amps: float) -> float:
+        if self.p.current_chain == "authors":
+            return 2.0 * amps  # inverse of A = counts/1023·V_ref·2.5/5
+        return self.p.acs_zero_v + self.p.acs_sensitivity_v_per_a * amps
+
+    def _sample_standard(self, n: int) -> np.ndarray:
+        p = self.p
+        s = self._settings
+        rng = self._rng
+        out = np.zeros((n, self.layout.row_length))
+        col = self._col
+        for name in self._actuators:
+            out[:, col[name]] = self._reported[name]
+
+        times = self._dt * np.arange(1, n + 1)
+        w_in = self._fan_trajectory("in", s["load_in"], times)
+        w_out = self._fan_trajectory("out", s["load_out"], times)
+        t_now = self._time + times
+        self._time += n * self._dt
+
+        out[:, col["rpm_in"]] = self._rpm_reading(w_in, s["res_in"], n)
+        out[:, col["rpm_out"]] = self._rpm_reading(w_out, s["res_out"], n)
+        for fan in ("in", "out"):
+            amps = self.fan_current_a(s[f"load_{fan}"])
+            out[:, col[f"current_{fan}"]] = adc_counts(
+                self._current_volts(amps), self.vref_calibrated(s[f"v_{fan}"]), s[f"osr_{fan}"], p.adc_noise_counts, n, rng
+            )
+
+        ambient = p.ambient_mean_pa + self._walk.advance(n, rng)
+        hatch = stepper_angle(s["hatch"], p.hatch_steps_per_rev)
+        s_in = self.static_pressure(w_in / RAD_PER_RPM, hatch)
+        s_out = self.static_pressure(w_out / RAD_PER_RPM, hatch)
+        excess = s_in - s_out
+        true = {
+            "upwind": ambient + p.upwind_fraction * excess,
+            "downwind": ambient + excess,
+            "ambient": ambient,
+            "intake": ambient - p.intake_suction_fraction * s_in,
+        }
+        drift = p.barometer_temperature_pa_per_k * p.temperature_drift_k_per_hour * t_now / 3600.0
+        for i, unit in enumerate(BAROMETERS):
+            sigma = self._noise_sd(unit, s[f"osr_{unit}"])
+            out[:, col[f"pressure_{unit}"]] = true[unit] + self.offsets[i] + drift + rng.standard_normal(n) * sigma
+
+        hum = p.mic_fan_v * 0.5 * ((w_in / RAD_PER_RPM / p.fan_rpm_max) ** 2 + (w_out / RAD_PER_RPM / p.fan_rpm_max) ** 2)
+        speaker = p.mic_speaker_v * (s["pot_1"] / 255.0) * (0.5 + 0.5 * s["pot_2"] / 255.0)
+        mic_v = p.mic_bias_v + hum + speaker * np.abs(rng.standard_normal(n)) + p.mic_noise_v * rng.standard_normal(n)
+        out[:, col["mic"]] = adc_counts(mic_v, self.vref_calibrated(s["v_mic"]), s["osr_mic"], p.adc_noise_counts, n, rng)
+        for k in ("1", "2"):
+            volts = p.supply_v * s[f"pot_{k}"] / 255.0
+            out[:, col[f"signal_{k}"]] = adc_counts(
+                volts, self.vref_calibrated(s[f"v_{k}"]), s[f"osr_{k}"], p.adc_noise_counts, n, rng
+            )
+        return out
+
+    def _noise_sd(self, unit: str, osr: float) -> float:
+        by_unit = self.p.barometer_noise_by_unit_pa
+        table = by_unit[unit] if by_unit and unit in by_unit else self.p.barometer_noise_pa
+        key = int(round(osr))
+        if key not in table:
+            raise KeyError(f"no barometer noise for oversampling {osr} (unit {unit}); table has {sorted(table)}")
+        return table[key]
+
+    def _sample_pressure_control(self, n: int) -> np.ndarray:
+        """The firmware's PID, row by row: read downwind, compute the output, drive the fans for the next row."""
+        col = self._col
+        out = np.zeros((n, self.layout.row_length))
+        for i in range(n):
+            row = self._sample_standard(1)[0]
+            s = self._settings
+            pressure = row[col["pressure_downwind"]]
+            error = pressure - s["input"]
+            delta = error - self._pid_prev_error
+            output = s["gain_p"] * error + s["gain_d"] * delta + s["gain_i"] * self._pid_sum_error
+            output = max(-1.0, min(1.0, output))
+            self._pid_prev_error = error
+            self._pid_sum_error += error
+            control_in, control_out = (output, 0.01) if output > 0 else (0.01, -output)
+            for name, value in (("load_in", control_in), ("load_out", control_out)):
+                if not self._load_override[name]:
+                    s[name] = value
+                    self._reported[name] = value
+                row[col[name]] = self._reported[name]
+            row[col["error"]] = error
+            row[col["delta_error"]] = delta
+            row[col["sum_error"]] = self._pid_sum_error
+            row[col["output"]] = output
+            out[i] = row
+        return out
