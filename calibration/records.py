@@ -1,0 +1,198 @@
+"""Calibration records: a cross-sensor calibration saved as JSON, loaded back, and applied to readings.
+
+Why a file: a verdict made tomorrow must say which calibration corrected its readings, when it was taken and by
+which software, and a reader must be able to re-apply it. The record is a pydantic model because it crosses a
+boundary (disk); loading anything else fails with an error that names the field. The date is passed in (the
+caller owns the clock) and must carry a time zone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from calibration.cross_sensor import BAROMETERS, CrossSensorCalibration
+
+RECORD_SCHEMA = "chamberlab.calibration/1"
+
+
+class RecordError(ValueError):
+    """A calibration record that cannot be loaded or applied; the message names the offending field."""
+
+
+class CrossSensorParameters(BaseModel):
+    """The numbers a protocol needs to correct barometer readings (all in `unit`, Pa by default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unit: str = "Pa"
+    osr: Literal[1, 2, 4, 8]
+    n: int = Field(ge=2, description="rows per barometer after settling")
+    settle_rows: int = Field(ge=0)
+    offsets: dict[str, float] = Field(description="unit mean − four-sensor mean; subtract to correct")
+    offset_u: dict[str, float] = Field(description="standard uncertainty of each offset")
+    offset_dof: dict[str, float | None] = Field(description="effective ν of each offset; null = infinite")
+    mean: float = Field(description="four-sensor mean over the window")
+    mean_u: float = Field(ge=0, description="s_between/√4")
+    mean_dof: float | None = Field(description="3 for four units; null = infinite")
+    spread: float = Field(ge=0, description="max − min of the unit means")
+
+    @field_validator("offsets", "offset_u")
+    @classmethod
+    def _finite(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, x in value.items():
+            if not math.isfinite(x):
+                raise ValueError(f"{key}: expected a finite number, got {x!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _same_sensors(self) -> "CrossSensorParameters":
+        expected = sorted(BAROMETERS)
+        for name in ("offsets", "offset_u", "offset_dof"):
+            got = sorted(getattr(self, name))
+            if got != expected:
+                raise ValueError(f"{name}: expected keys {expected}, got {got}")
+        return self
+
+
+class CalibrationRecord(BaseModel):
+    """One saved calibration of one chamber."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    record_schema: Literal["chamberlab.calibration/1"] = Field(default=RECORD_SCHEMA, alias="schema")
+    kind: Literal["cross_sensor"] = "cross_sensor"
+    chamber: Literal["wt"]
+    config: str
+    date: AwareDatetime
+    software_version: str
+    parameters: CrossSensorParameters
+    budgets: dict[str, Any] = Field(default_factory=dict, description="the GUM budgets, for the auditor")
+
+    # ------------------------------------------------------------------ applying
+    def offset(self, name: str) -> float:
+        try:
+            return self.parameters.offsets[name]
+        except KeyError:
+            raise RecordError(
+                f"calibration record has no offset for {name!r}; it covers {sorted(self.parameters.offsets)}"
+            ) from None
+
+    def correct(self, name: str, values: np.ndarray | float) -> np.ndarray | float:
+        """Readings of barometer `name` put on the four-sensor-mean scale: value − offset."""
+        offset = self.offset(name)
+        if np.isscalar(values):
+            return float(values) - offset
+        return np.asarray(values, dtype=np.float64) - offset
+
+    def correct_columns(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Correct every barometer column present; other columns pass through unchanged (new arrays)."""
+        out = {}
+        for name, values in columns.items():
+            arr = np.asarray(values, dtype=np.float64)
+            out[name] = arr - self.parameters.offsets[name] if name in self.parameters.offsets else arr.copy()
+        return out
+
+
+def record_from_calibration(
+    calibration: CrossSensorCalibration, *, date: datetime, software_version: str | None = None
+) -> CalibrationRecord:
+    """Wrap a calibration result in a record; `date` comes from the caller's clock."""
+
+    def dof(x: float) -> float | None:
+        return None if math.isinf(x) else x
+
+    params = CrossSensorParameters(
+        unit=calibration.unit,
+        osr=calibration.osr,
+        n=calibration.n,
+        settle_rows=calibration.settle_rows,
+        offsets=dict(calibration.offsets),
+        offset_u=calibration.offset_u,
+        offset_dof={k: dof(v) for k, v in calibration.offset_dof.items()},
+        mean=calibration.mean,
+        mean_u=calibration.mean_u,
+        mean_dof=dof(calibration.mean_dof),
+        spread=calibration.spread,
+    )
+    try:
+        return CalibrationRecord(
+            chamber=calibration.chamber,
+            config=calibration.config,
+            date=date,
+            software_version=software_version or _installed_version(),
+            parameters=params,
+            budgets={
+                "mean": calibration.mean_budget.to_dict(),
+                "offsets": {k: b.to_dict() for k, b in calibration.offset_budgets.items()},
+            },
+        )
+    except ValidationError as exc:
+        raise RecordError(_describe(exc, "calibration record")) from None
+
+
+def save_record(record: CalibrationRecord, path: Path) -> Path:
+    """Write the record as indented JSON (by alias, so the file says `"schema": ...`); returns the path."""
+    path = Path(path)
+    path.write_text(record.model_dump_json(by_alias=True, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_record(path: Path) -> CalibrationRecord:
+    """Read a record; a missing file, non-JSON or a wrong file raises RecordError naming the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecordError(f"calibration record {path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"calibration record {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"calibration record {path}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return CalibrationRecord.model_validate(data)
+    except ValidationError as exc:
+        raise RecordError(_describe(exc, f"calibration record {path}")) from None
+
+
+def _describe(exc: ValidationError, what: str) -> str:
+    """Missing and unexpected fields named in two lists, every other problem as 'field <path>: message (got x)'."""
+    missing, unexpected, other = [], [], []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(root)"
+        if err["type"] == "missing":
+            missing.append(field)
+        elif err["type"] == "extra_forbidden":
+            unexpected.append(field)
+        else:
+            got = err.get("input")
+            shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            other.append(f"field {field!r}: {err['msg'].removeprefix('Value error, ')} (got {shown})")
+    parts = []
+    if missing:
+        parts.append("missing " + ", ".join(f"field {f!r}" for f in missing))
+    if unexpected:
+        parts.append("unexpected " + ", ".join(f"field {f!r}" for f in unexpected))
+    parts += other[:5]
+    if len(other) > 5:
+        parts.append(f"(+{len(other) - 5} more)")
+    return f"{what}: " + "; ".join(parts)
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("chamberlab")
+    except PackageNotFoundError:  # pragma: no cover - the project is installed editable
+        return "unknown"

@@ -1,0 +1,250 @@
+"""The perturbation sweep: hold a measurement fixed, move the claim's stated bound through it, record the verdicts.
+
+Why: it shows, for a reader who does not want to trust the rule's prose, that the verdict walks
+pass → inconclusive → fail exactly where |d| = c and nowhere else. The grid therefore always contains the exact
+flip points (bound = m ± c), and every row is decided by the same `verdict()` the lab uses.
+
+Which bound moves (default by claim kind):
+- range: the upper bound `high`, from m + span down to m − span (the seed paper's figure "shrinks the stated
+  upper bound through the measurement"); `bound="low"` raises the lower bound from m − span to m + span.
+- max_rating: its one limit (high when present, else low), in the same directions.
+- typical/accuracy point claims: the stated value s, from m + span down to m − span; the verdict goes
+  fail → pass → fail (compatibility |m − s| ≤ c), flipping at s = m ± c.
+span defaults to 2c (the seed paper's choice); N evenly spaced grid points are rounded to two decimals finer
+than the reported digits, and the flip points m ± c are added exactly. When c is irrational (t entered as
+t/√3, or u² + t² not a square) the flip points are carried to 50 significant digits.
+
+The sweep varies the bound, not the staging: decisive conditions that map to a chamber variable are taken as
+staged (the output says so); conditions the chamber cannot realise still make every row inconclusive.
+
+Output: a `SweepResult` (to_dict → JSON with decimal strings, exact digits), `write_sweep_csv`, and
+`plot_sweep` (matplotlib.figure.Figure on the Agg canvas, no pyplot state).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from pathlib import Path
+from typing import Any, Literal
+
+from protocols.measurement import Measurement, to_decimal
+from protocols.verdict import (
+    BOUNDARY_CONVENTION,
+    RULE_NAME,
+    RULE_VERSION,
+    ClaimLike,
+    Verdict,
+    verdict,
+)
+
+BoundName = Literal["high", "low", "value"]
+DEFAULT_STEPS = 21
+_PREC = 50
+
+
+class SweepError(ValueError):
+    """A sweep that cannot be set up as asked (names what was expected and what arrived)."""
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    bound: Decimal
+    distance: Decimal
+    verdict: str
+    zone: str | None
+    flip_point: bool = False  # this row's bound is exactly m ± c
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bound": str(self.bound), "distance": str(self.distance), "verdict": self.verdict,
+                "zone": self.zone, "flip_point": self.flip_point}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    claim_id: str
+    bound_name: BoundName
+    measured_value: Decimal
+    measured_u: Decimal
+    unit: str
+    combined_uncertainty: Decimal
+    flip_points: tuple[Decimal, ...]
+    rows: tuple[SweepRow, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "claim_id": self.claim_id,
+            "measured": {"value": str(self.measured_value), "u": str(self.measured_u), "unit": self.unit},
+            "combined_uncertainty": str(self.combined_uncertainty),
+            "bound": self.bound_name,
+            "flip_points": [str(x) for x in self.flip_points],
+            "rule": RULE_NAME,
+            "rule_version": RULE_VERSION,
+            "boundary_convention": BOUNDARY_CONVENTION,
+            "notes": list(self.notes),
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+def default_bound(claim: ClaimLike) -> BoundName:
+    """The bound a sweep moves by default (see the module docstring)."""
+    if claim.kind in ("typical", "accuracy") and claim.value is not None:
+        return "value"
+    if claim.high is not None:
+        return "high"
+    if claim.low is not None:
+        return "low"
+    raise SweepError(f"claim {claim.id}: nothing to move (no value, low or high)")
+
+
+def _with_bound(claim: ClaimLike, name: BoundName, value: Decimal) -> ClaimLike:
+    if hasattr(claim, "model_copy"):  # the pydantic Claim (frozen): an unvalidated copy with one field moved
+        return claim.model_copy(update={name: value})
+    return dataclasses.replace(claim, **{name: value})  # type: ignore[type-var]
+
+
+def _q(x: Decimal, places: int) -> Decimal:
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        return x.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+
+
+def _tidy(x: Decimal, places: int) -> Decimal:
+    """Show a grid value with the measurement's decimals when that is exact (945.36500 → 945.365)."""
+    q = _q(x, max(places, 0))
+    if q == x:
+        return q
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        return x.normalize()  # x has more decimals than `places`, so no exponent form appears
+
+
+def sweep(
+    claim: ClaimLike,
+    measured: Decimal | float | str,
+    u: Decimal | float | str,
+    *,
+    unit: str | None = None,
+    steps: int = DEFAULT_STEPS,
+    bound: BoundName | None = None,
+    span: Decimal | float | str | None = None,
+    dof: float = math.inf,
+) -> SweepResult:
+    """Move one bound of `claim` through the fixed measurement (value ± u, in `unit`, default the claim's unit).
+
+    Returns the rows in path order, including the two exact flip points. `steps` ≥ 2 grid points over
+    [m − span, m + span]; span defaults to 2c.
+    """
+    if steps < 2:
+        raise SweepError(f"steps: expected at least 2, got {steps}")
+    unit = unit or claim.unit
+    m = to_decimal(measured, "measured")
+    uu = to_decimal(u, "u")
+    if uu < 0:
+        raise SweepError(f"u: expected >= 0, got {uu}")
+    name = bound or default_bound(claim)
+    if name == "value" and claim.kind not in ("typical", "accuracy"):
+        raise SweepError(f"claim {claim.id}: bound 'value' moves a point claim's value; this is a {claim.kind} claim")
+    if name in ("high", "low") and getattr(claim, name) is None:
+        raise SweepError(f"claim {claim.id}: has no {name!r} bound to move")
+
+    matched = [c.name for c in getattr(claim, "conditions", []) or []
+               if getattr(c, "decisive", False) and getattr(c, "variable", None)]
+    measurement = Measurement(
+        value=m, unit=unit, u=uu, dof=dof, matched_conditions=matched,
+        details={"source": "sweep: fixed measurement", "conditions": "mappable decisive conditions taken as staged"},
+    )
+    # c and the measurement in the claim's unit, from the rule itself (the claim as stated).
+    probe = verdict(claim, measurement)
+    if probe.combined_uncertainty is None or probe.measured is None:
+        raise SweepError(f"claim {claim.id}: the rule gave no numbers ({probe.verdict}: {probe.reason})")
+    c, m_claim = probe.combined_uncertainty, probe.measured
+    width = to_decimal(span, "span") if span is not None else 2 * c
+    if width <= 0:
+        width = max(abs(m_claim) / 1000, Decimal(1))  # c = 0: any visible neighbourhood shows the flip
+    irrational = len(c.as_tuple().digits) >= _PREC - 5  # a 50-digit c is a rounded square root
+    places = max(-int(m_claim.as_tuple().exponent), 0 if irrational else -int(c.as_tuple().exponent))
+    places = min(places + 2, 30)
+
+    downward = name in ("high", "value")  # upper bound and point value shrink; a lower bound rises
+    with localcontext() as ctx:
+        ctx.prec = _PREC
+        start, end = (m_claim + width, m_claim - width) if downward else (m_claim - width, m_claim + width)
+        grid = [_q(start + (end - start) * Decimal(i) / Decimal(steps - 1), places) for i in range(steps)]
+        flips = sorted({m_claim + c, m_claim - c}, reverse=downward)
+    reported = -int(m_claim.as_tuple().exponent)
+    values = [_tidy(b, reported) for b in sorted(set(grid) | set(flips), reverse=downward)]
+
+    other = claim.low if name == "high" else claim.high if name == "low" else None
+    rows = []
+    for b in values:
+        if other is not None and ((name == "high" and b < other) or (name == "low" and b > other)):
+            raise SweepError(f"claim {claim.id}: moving {name} to {b} crosses the other bound {other}; use a smaller span")
+        v: Verdict = verdict(_with_bound(claim, name, b), measurement)
+        assert v.distance is not None
+        rows.append(SweepRow(bound=b, distance=v.distance, verdict=v.verdict, zone=v.zone, flip_point=b in flips))
+    notes = [f"moving {name} {'downward' if downward else 'upward'} through the measurement",
+             "mappable decisive conditions taken as staged: " + (", ".join(matched) if matched else "none")]
+    if irrational:
+        notes.append("c is irrational here: flip points carried to 50 significant digits")
+    return SweepResult(
+        claim_id=str(claim.id), bound_name=name, measured_value=m_claim, measured_u=probe.u or uu, unit=claim.unit,
+        combined_uncertainty=c, flip_points=tuple(flips), rows=tuple(rows), notes=tuple(notes),
+    )
+
+
+def write_sweep_csv(result: SweepResult, path: Path) -> Path:
+    """One row per step: claim_id, bound name, bound, distance, c, verdict, zone, flip_point (exact digits)."""
+    path = Path(path)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["claim_id", "bound_name", "bound", "distance", "combined_uncertainty", "unit", "verdict", "zone",
+                    "flip_point"])
+        for r in result.rows:
+            w.writerow([result.claim_id, result.bound_name, str(r.bound), str(r.distance),
+                        str(result.combined_uncertainty), result.unit, r.verdict, r.zone or "", int(r.flip_point)])
+    return path
+
+
+_COLOURS = {"pass": "#2e7d32", "inconclusive": "#f9a825", "fail": "#c62828", "error": "#616161"}
+
+
+def plot_sweep(result: SweepResult, path: Path, *, dpi: int = 120) -> Path:
+    """Draw the sweep: the measurement m with its band m ± c, the bound's path, and verdict regions by step.
+
+    x: step number along the path; y: value in the claim's unit. Uses matplotlib.figure.Figure with the Agg
+    canvas directly, so no pyplot global state is created or leaked.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(7.5, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    xs = list(range(len(result.rows)))
+    ys = [float(r.bound) for r in result.rows]
+    m, c = float(result.measured_value), float(result.combined_uncertainty)
+    for x, r in zip(xs, result.rows):
+        ax.axvspan(x - 0.5, x + 0.5, color=_COLOURS.get(r.verdict, "#9e9e9e"), alpha=0.18, linewidth=0)
+    ax.axhspan(m - c, m + c, color="#1565c0", alpha=0.15, label=f"m ± c (c = {result.combined_uncertainty})")
+    ax.axhline(m, color="#1565c0", linewidth=1.2, label=f"m = {result.measured_value} {result.unit}")
+    ax.plot(xs, ys, color="black", linewidth=1.0, marker="o", markersize=3, label=f"stated {result.bound_name}")
+    flips = [x for x, r in zip(xs, result.rows) if r.flip_point]
+    ax.plot(flips, [ys[i] for i in flips], linestyle="none", marker="D", color="#6a1b9a", markersize=6,
+            label="flip points m ± c")
+    handles, _labels = ax.get_legend_handles_labels()
+    handles += [Patch(color=_COLOURS[k], alpha=0.3, label=k) for k in ("pass", "inconclusive", "fail")]
+    ax.legend(handles=handles, fontsize=7, loc="best")
+    ax.set_xlabel("step along the bound's path")
+    ax.set_ylabel(f"value ({result.unit})")
+    ax.set_title(f"{result.claim_id}: verdict as the stated {result.bound_name} moves through m", fontsize=9)
+    ax.ticklabel_format(axis="y", useOffset=True)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=dpi)
+    return path
