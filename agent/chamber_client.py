@@ -1,0 +1,101 @@
+"""The agent's only way to the chamber: the chamber tools API over HTTP (issue #5's contract).
+
+Why HTTP and not an import: the agent floor may never import chamber/ or simulator/, and a service boundary
+lets the chamber refuse tool calls before the extraction is frozen (409) whatever the agent does.
+Contract: POST /sessions {claim_id} → {session_id}; POST /sessions/{id}/extraction {payload} → {sha256}
+(409 on a second freeze); GET /tools → [{name, description, input_schema}]; POST /sessions/{id}/tools/{name}
+with JSON arguments → the tool's result JSON, or {"error": {"code", "message"}} with a 4xx/5xx status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from agent.models.base import ToolSpec
+
+
+class ChamberError(Exception):
+    """The chamber service refused or failed a request; `status` and `code` say which and why."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ChamberToolResult:
+    ok: bool
+    status: int
+    body: Any  # the tool's result JSON, or the {"error": {...}} object
+
+
+class ChamberClient:
+    """A thin typed client; the httpx.Client (with its base_url and timeouts) is passed in."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._http = http
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as e:
+            raise ChamberError(f"{method} {path}: {type(e).__name__}: {e}") from e
+
+    @staticmethod
+    def _error_of(resp: httpx.Response) -> tuple[str | None, str]:
+        try:
+            err = resp.json().get("error") or {}
+            return err.get("code"), err.get("message") or resp.text[:300]
+        except (ValueError, AttributeError):
+            return None, resp.text[:300]
+
+    def _json(self, method: str, path: str, expect: str | None = None, **kwargs: Any) -> Any:
+        resp = self._request(method, path, **kwargs)
+        if resp.status_code >= 400:
+            code, message = self._error_of(resp)
+            raise ChamberError(f"{method} {path} → HTTP {resp.status_code} {code or ''}: {message}",
+                               status=resp.status_code, code=code)
+        try:
+            data = resp.json()
+        except ValueError as e:
+            raise ChamberError(f"{method} {path}: expected JSON, got {resp.text[:200]!r}", status=resp.status_code) from e
+        if expect is not None and (not isinstance(data, dict) or expect not in data):
+            raise ChamberError(f"{method} {path}: expected an object with {expect!r}, got {str(data)[:200]}",
+                               status=resp.status_code)
+        return data
+
+    def create_session(self, claim_id: str) -> str:
+        return str(self._json("POST", "/sessions", "session_id", json={"claim_id": claim_id})["session_id"])
+
+    def freeze_extraction(self, session_id: str, payload: dict[str, Any]) -> str:
+        """Freeze the extraction; returns the service's SHA-256 of it. A second freeze raises (status 409)."""
+        return str(self._json("POST", f"/sessions/{session_id}/extraction", "sha256", json={"payload": payload})["sha256"])
+
+    def list_tools(self) -> list[ToolSpec]:
+        data = self._json("GET", "/tools")
+        if not isinstance(data, list):
+            raise ChamberError(f"GET /tools: expected a list of tools, got {type(data).__name__}")
+        try:
+            return [ToolSpec(str(t["name"]), str(t.get("description", "")), dict(t.get("input_schema") or {}))
+                    for t in data]
+        except (KeyError, TypeError) as e:
+            raise ChamberError(f"GET /tools: a tool lacks name/description/input_schema: {e}") from e
+
+    def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> ChamberToolResult:
+        """Call one chamber tool. A refusal (4xx/5xx with an error object) is a result, not an exception: the
+        model sees it; only transport failures raise."""
+        resp = self._request("POST", f"/sessions/{session_id}/tools/{name}", json=arguments)
+        try:
+            body = resp.json()
+        except ValueError:
+            body = {"error": {"code": "bad_response", "message": resp.text[:500]}}
+        ok = resp.status_code < 400 and not (isinstance(body, dict) and "error" in body and len(body) == 1)
+        return ChamberToolResult(ok=ok, status=resp.status_code, body=body)

@@ -1,0 +1,490 @@
+"""The two-phase agent loop for one cell (one claim, one model, one datasheet), recorded event by event.
+
+Phase one ("extraction") offers the datasheet tools and submit_extraction. A valid submission is frozen with
+the chamber service (which returns its SHA-256) and the loop then offers the chamber tools the service lists;
+submit_chamber_outcome ends the run. Without a chamber the run ends at the freeze and the record says phase two
+was skipped. Every way a run can end — end_turn without a submit, max_tokens, pause_turn loops, refusal, context
+overflow, timeouts, HTTP errors, budgets — becomes an explicit `run_end` outcome, and only "submitted" means the
+model delivered its answer through the tool; nothing here scores it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.chamber_client import ChamberClient, ChamberError
+from agent.models.base import (
+    Message,
+    ModelClient,
+    ModelError,
+    ModelRequest,
+    ModelTurn,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+)
+from agent.prompt import (
+    SUBMIT_CHAMBER_OUTCOME,
+    SUBMIT_EXTRACTION,
+    ExtractionPayload,
+    default_chamber_outcome_tool,
+    first_user_message,
+    project_claim,
+    submit_extraction_tool,
+    system_prompt,
+)
+from agent.record import (
+    ModelTurnEvent,
+    PhaseChange,
+    RecordWriter,
+    RunEnd,
+    RunStart,
+    TokenUsage,
+    ToolCallEvent,
+    ToolSurface,
+    canonical_sha256,
+    kept_text,
+)
+
+log = logging.getLogger(__name__)
+
+TOOL_SURFACE_NAME = "chamberlab-datasheet"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one cell. `max_total_tokens` counts input + output over all turns; `wall_s` uses the injected
+    clock; `retries_per_turn` bounds the loop's retries of a failed model call (429, 5xx, timeouts)."""
+
+    max_turns: int = 30
+    max_total_tokens: int | None = None
+    wall_s: float | None = 900.0
+    max_output_tokens: int = 4096
+    retries_per_turn: int = 2
+    backoff_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    text: str
+    is_error: bool = False
+    error_type: str | None = None
+    images: tuple[tuple[str, str], ...] = ()  # (mime type, base64 data) shown to the model beside the text
+
+
+@dataclass(frozen=True)
+class LocalTool:
+    """A phase-one tool run in process: its spec as offered and a handler from arguments to output."""
+
+    spec: ToolSpec
+    run: Callable[[dict[str, Any]], ToolOutput]
+
+
+@dataclass
+class CellResult:
+    run_id: str
+    outcome: str
+    extraction: dict[str, Any] | None
+    extraction_sha256: str | None
+    chamber_outcome: Any
+    phase_two: str
+    record: Path
+    detail: str = ""
+    turns: int = 0
+    tool_time_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["record"] = str(self.record)
+        return d
+
+
+# --------------------------------------------------------------------------------------------- datasheet tools
+def _envelope_text(envelope: Any) -> ToolOutput:
+    """The datasheet tools' envelope {content: [...], is_error} → text for the model (and the record)."""
+    if hasattr(envelope, "model_dump"):
+        envelope = envelope.model_dump()
+    if not isinstance(envelope, dict):
+        return ToolOutput(str(envelope))
+    content = envelope.get("content")
+    parts: list[str] = []
+    images: list[tuple[str, str]] = []
+    for item in content if isinstance(content, list) else [content]:
+        if isinstance(item, dict) and item.get("type") == "text":
+            parts.append(str(item.get("text", "")))
+        elif isinstance(item, dict) and item.get("type") == "image":
+            images.append((str(item.get("mime_type") or item.get("media_type") or "image/png"), str(item.get("data", ""))))
+        elif isinstance(item, str):
+            parts.append(item)
+        elif item is not None:
+            parts.append(json.dumps(item, ensure_ascii=False, default=str))
+    text = "\n".join(parts)
+    is_error = bool(envelope.get("is_error"))
+    error_type = text.split(":", 1)[0].strip() if is_error and ":" in text[:80] else None
+    return ToolOutput(text, is_error, error_type, tuple(images))
+
+
+def adapt_datasheet_tool(definition: Any) -> LocalTool:
+    """A framework-neutral datasheet ToolDefinition (name, description, schema, handler) → LocalTool."""
+    schema = next((getattr(definition, a) for a in ("input_schema", "parameters", "schema")
+                   if getattr(definition, a, None) is not None), {"type": "object", "properties": {}})
+    spec = ToolSpec(definition.name, definition.description, dict(schema))
+    handler = definition.handler
+
+    def run(arguments: dict[str, Any]) -> ToolOutput:
+        return _envelope_text(handler(arguments))
+
+    return LocalTool(spec, run)
+
+
+def datasheet_local_tools(pdf_path: Path) -> tuple[list[LocalTool], str]:
+    """Open a datasheet session on `pdf_path`; returns the phase-one tools and the tool surface version."""
+    from agent.datasheet import tools as ds_tools
+
+    session = ds_tools.DatasheetSession(pdf_path)
+    version = str(getattr(ds_tools, "TOOL_SURFACE_VERSION", None) or getattr(ds_tools, "__version__", "unversioned"))
+    return [adapt_datasheet_tool(d) for d in ds_tools.datasheet_tools(session)], version
+
+
+def tool_surface(specs: list[ToolSpec], name: str, version: str) -> ToolSurface:
+    schema = [{"name": s.name, "description": s.description, "input_schema": s.input_schema} for s in specs]
+    return ToolSurface(name=name, version=version, sha256=canonical_sha256(schema), tools=[s.name for s in specs])
+
+
+# --------------------------------------------------------------------------------------------- the loop
+class _RunEnded(Exception):
+    def __init__(self, outcome: str, detail: str = "") -> None:
+        super().__init__(detail)
+        self.outcome = outcome
+        self.detail = detail
+
+
+_STOP_OUTCOMES = {
+    "end_turn": "end_turn_without_submit",
+    "stop_sequence": "end_turn_without_submit",
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+    "context_exceeded": "context_exceeded",
+}
+_ERROR_OUTCOMES = {"timeout": "timeout", "context_exceeded": "context_exceeded"}
+
+
+class _Cell:
+    """The state of one run; `run_cell` is the public entry point."""
+
+    def __init__(self, claim: Any, model: ModelClient, tools: list[LocalTool], surface_version: str,
+                 writer: RecordWriter, chamber: ChamberClient | None, budget: Budget,
+                 clock: Callable[[], float], sleep: Callable[[float], None] | None, datasheet: dict[str, Any],
+                 config: dict[str, Any]) -> None:
+        self.claim = claim
+        self.model = model
+        self.writer = writer
+        self.chamber = chamber
+        self.budget = budget
+        self.clock = clock
+        self.sleep = sleep
+        self.datasheet = datasheet
+        self.config = config
+        self.local = {t.spec.name: t for t in tools}
+        self.phase_one_specs = [t.spec for t in tools] + [submit_extraction_tool()]
+        self.surface = tool_surface(self.phase_one_specs, TOOL_SURFACE_NAME, surface_version)
+        self.phase = "extraction"
+        self.offered: list[ToolSpec] = list(self.phase_one_specs)
+        self.session_id: str | None = None
+        self.extraction: dict[str, Any] | None = None
+        self.extraction_sha256: str | None = None
+        self.chamber_outcome: Any = None
+        self.phase_two = "not_reached"
+        self.turns = 0
+        self.tool_time_s = 0.0
+        self.usage = TokenUsage()
+        self.started = clock()
+
+    # -- budgets
+    def remaining_s(self) -> float | None:
+        return None if self.budget.wall_s is None else self.budget.wall_s - (self.clock() - self.started)
+
+    def _add_usage(self, turn: ModelTurn) -> None:
+        u, t = self.usage, turn.usage
+        self.usage = TokenUsage(
+            input_tokens=u.input_tokens + t.input_tokens,
+            output_tokens=u.output_tokens + t.output_tokens,
+            cache_read_input_tokens=u.cache_read_input_tokens + t.cache_read_input_tokens,
+            cache_creation_input_tokens=u.cache_creation_input_tokens + t.cache_creation_input_tokens,
+            reasoning_output_tokens=(None if t.reasoning_output_tokens is None and u.reasoning_output_tokens is None
+                                     else (u.reasoning_output_tokens or 0) + (t.reasoning_output_tokens or 0)),
+        )
+
+    # -- the run
+    def run(self) -> None:
+        view = project_claim(self.claim)
+        system, user = system_prompt(), first_user_message(view)
+        chamber_info = None
+        error: _RunEnded | None = None
+        if self.chamber is not None:
+            chamber_info = {"url": self.chamber.base_url, "session_id": None}
+            try:
+                self.session_id = self.chamber.create_session(view.claim_id)
+                chamber_info["session_id"] = self.session_id
+            except ChamberError as e:
+                error = _RunEnded("engine_error", f"chamber session could not be created: {e}")
+        self.writer.write(
+            RunStart, claim_id=view.claim_id, model=self.model.model, provider=self.model.provider,
+            transport=self.model.transport, system_prompt=system, first_user_message=user,
+            tool_surface=self.surface, datasheet=self.datasheet, chamber=chamber_info, config=self.config,
+        )
+        if error is not None:
+            raise error
+        messages = [Message("user", [TextBlock(user)])]
+        while True:
+            if self.turns >= self.budget.max_turns:
+                raise _RunEnded("max_turns", f"{self.turns} turns used, the budget is {self.budget.max_turns}")
+            remaining = self.remaining_s()
+            if remaining is not None and remaining <= 0:
+                raise _RunEnded("timeout", f"wall-time budget of {self.budget.wall_s} s used up")
+            if self.budget.max_total_tokens is not None and self.usage.input_tokens + self.usage.output_tokens >= self.budget.max_total_tokens:
+                raise _RunEnded("max_tokens", f"token budget of {self.budget.max_total_tokens} used up")
+            self.turns += 1
+            turn = self._model_turn(system, messages)
+            messages.append(turn.message)
+            calls = turn.message.tool_calls
+            if calls:
+                results = [self._tool_call(call) for call in calls]
+                messages.append(Message("user", results))
+                if self.chamber_outcome is not None:
+                    self.phase_two = "completed"
+                    raise _RunEnded("submitted", "chamber outcome submitted")
+                if self.extraction is not None and self.chamber is None:
+                    raise _RunEnded("submitted", "extraction submitted; phase two skipped (no chamber)")
+                continue
+            stop = turn.stop_reason
+            if stop == "pause_turn":
+                continue  # the assistant content is already appended: resending it lets the model continue
+            if stop == "tool_use":
+                raise _RunEnded("engine_error", "stop reason tool_use without any tool call in the content")
+            outcome = _STOP_OUTCOMES.get(stop)
+            if outcome is None:
+                raise _RunEnded("engine_error", f"unhandled stop reason {turn.raw_stop_reason!r}")
+            raise _RunEnded(outcome, f"stop reason {turn.raw_stop_reason!r} in phase {self.phase}")
+
+    def _model_turn(self, system: str, messages: list[Message]) -> ModelTurn:
+        errors: list[str] = []
+        attempt = 0
+        status = request_id = None
+        while True:
+            remaining = self.remaining_s()
+            request = ModelRequest(system=system, messages=list(messages), tools=list(self.offered),
+                                   tool_choice="auto", max_tokens=self.budget.max_output_tokens,
+                                   timeout_s=remaining)
+            t0 = self.clock()
+            try:
+                turn = self.model.complete(request)
+            except ModelError as e:
+                latency = self.clock() - t0
+                status, request_id = e.http_status, e.request_id
+                errors.append(f"{e.kind}{' HTTP ' + str(e.http_status) if e.http_status else ''}: {e}"[:500])
+                remaining = self.remaining_s()
+                if e.retryable and attempt < self.budget.retries_per_turn and (remaining is None or remaining > 0):
+                    attempt += 1
+                    if self.sleep is not None:
+                        delay = self.budget.backoff_s * 2 ** (attempt - 1)
+                        self.sleep(min(delay, remaining) if remaining is not None else delay)
+                    continue
+                self._record_turn(None, latency, attempt, errors, status, request_id)
+                outcome = _ERROR_OUTCOMES.get(e.kind, "engine_error")
+                if outcome == "engine_error" and e.kind == "timeout":
+                    outcome = "timeout"
+                raise _RunEnded(outcome, errors[-1]) from e
+            except Exception as e:  # a client bug or a refused request shape: recorded, never a pass
+                latency = self.clock() - t0
+                errors.append(f"{type(e).__name__}: {e}"[:500])
+                self._record_turn(None, latency, attempt, errors, None, None)
+                raise _RunEnded("engine_error", errors[-1]) from e
+            self._record_turn(turn, self.clock() - t0, attempt, errors, turn.http_status, turn.request_id)
+            self._add_usage(turn)
+            return turn
+
+    def _record_turn(self, turn: ModelTurn | None, latency_s: float, attempt: int, errors: list[str],
+                     status: int | None, request_id: str | None) -> None:
+        fields: dict[str, Any] = {}
+        if turn is not None:
+            u = turn.usage
+            fields = dict(
+                stop_reason=turn.stop_reason, raw_stop_reason=turn.raw_stop_reason,
+                usage=TokenUsage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                                 cache_read_input_tokens=u.cache_read_input_tokens,
+                                 cache_creation_input_tokens=u.cache_creation_input_tokens,
+                                 reasoning_output_tokens=u.reasoning_output_tokens),
+                response_model=turn.response_model, text=turn.message.text,
+                reasoning="\n".join(b.text for b in turn.message.blocks if isinstance(b, ReasoningBlock)),
+                tool_calls=[{"id": c.id, "name": c.name} for c in turn.message.tool_calls],
+            )
+        else:
+            fields = dict(stop_reason=None)
+        self.writer.write(
+            ModelTurnEvent, turn=self.turns, phase=self.phase, offered_tools=[s.name for s in self.offered],
+            tool_choice="auto", latency_ms=latency_s * 1000.0,
+            retries=attempt + (turn.retries if turn is not None else 0), http_status=status, request_id=request_id,
+            errors=errors, **fields,
+        )
+
+    # -- tools
+    def _tool_call(self, call: ToolCallBlock) -> ToolResultBlock:
+        offered = {s.name for s in self.offered}
+        phase = self.phase
+        start = self.clock()
+        ended: _RunEnded | None = None
+        if call.name not in offered:
+            out = ToolOutput(f"PermissionError: tool {call.name!r} is not offered in the {phase} phase; offered: "
+                             f"{', '.join(sorted(offered))}", True, "PermissionError")
+            status = "denied"
+        else:
+            try:
+                out = self._execute(call)
+            except _RunEnded as e:  # recorded as this call's error, then the run ends
+                ended, out = e, ToolOutput(f"EngineError: {e.detail}", True, "EngineError")
+            status = "error" if out.is_error else "ok"
+        end = self.clock()
+        self.tool_time_s += end - start
+        blob, digest, size = self.writer.store_blob(out.text)
+        attachments = []
+        for mime, data in out.images:
+            raw = base64.b64decode(data)
+            a_blob, a_digest, a_size = self.writer.store_blob(raw, "." + mime.split("/")[-1])
+            attachments.append({"mime_type": mime, "bytes": a_size, "sha256": a_digest, "blob": a_blob})
+        text, kept = kept_text(out.text)
+        self.writer.write(
+            ToolCallEvent, tool_call_id=call.id, turn=self.turns, phase=phase, tool=call.name,
+            arguments=call.arguments, status=status, error_type=out.error_type, output_text=text,
+            output_bytes=size, output_kept_bytes=kept, output_sha256=digest, blob=blob, attachments=attachments,
+            start=start, end=end,
+            duration_ms=(end - start) * 1000.0,
+        )
+        if ended is not None:
+            raise ended
+        return ToolResultBlock(call.id, out.text, out.is_error, out.images)
+
+    def _execute(self, call: ToolCallBlock) -> ToolOutput:
+        if "_raw" in call.arguments and len(call.arguments) == 1:
+            return ToolOutput(f"InvalidArgument: arguments are not a JSON object: {str(call.arguments['_raw'])[:200]}",
+                              True, "InvalidArgument")
+        if call.name == SUBMIT_EXTRACTION:
+            return self._submit_extraction(call.arguments)
+        if self.phase == "extraction":
+            try:
+                return self.local[call.name].run(call.arguments)
+            except Exception as e:  # a tool that raised instead of returning its envelope
+                return ToolOutput(f"{type(e).__name__}: {e}", True, type(e).__name__)
+        return self._chamber_tool(call)
+
+    def _submit_extraction(self, arguments: dict[str, Any]) -> ToolOutput:
+        if self.extraction is not None:
+            return ToolOutput("AlreadySubmitted: the extraction is frozen already", True, "AlreadySubmitted")
+        try:
+            payload = ExtractionPayload.model_validate(arguments).model_dump(mode="json")
+        except Exception as e:
+            return ToolOutput(f"ValidationError: {e}", True, "ValidationError")
+        chamber_specs: list[ToolSpec] | None = None
+        if self.chamber is not None and self.session_id is not None:
+            try:
+                digest = self.chamber.freeze_extraction(self.session_id, payload)
+                chamber_specs = self.chamber.list_tools()
+            except ChamberError as e:
+                raise _RunEnded("engine_error", f"freezing the extraction with the chamber failed: {e}") from e
+            if not any(s.name == SUBMIT_CHAMBER_OUTCOME for s in chamber_specs):
+                log.warning("chamber service lists no %s; offering a default definition", SUBMIT_CHAMBER_OUTCOME)
+                chamber_specs.append(default_chamber_outcome_tool())
+        else:
+            digest = canonical_sha256(payload)
+        self.extraction, self.extraction_sha256 = payload, digest
+        if chamber_specs is None:
+            self.phase_two = "skipped"
+            self.writer.write(PhaseChange, to_phase=None, extraction_sha256=digest, extraction=payload,
+                              skipped_reason="no chamber service given; phase two skipped")
+            return ToolOutput(f"Extraction frozen (SHA-256 {digest}). No chamber is attached; the run ends here.")
+        surface = tool_surface(chamber_specs, "chamber-tools", "service")
+        self.writer.write(PhaseChange, to_phase="chamber", extraction_sha256=digest, extraction=payload,
+                          chamber_session_id=self.session_id, chamber_tool_surface=surface)
+        self.phase, self.offered, self.phase_two = "chamber", chamber_specs, "incomplete"
+        return ToolOutput(f"Extraction frozen (SHA-256 {digest}). Chamber tools now offered: "
+                          f"{', '.join(s.name for s in chamber_specs)}. Finish with {SUBMIT_CHAMBER_OUTCOME}.")
+
+    def _chamber_tool(self, call: ToolCallBlock) -> ToolOutput:
+        assert self.chamber is not None and self.session_id is not None
+        try:
+            result = self.chamber.call_tool(self.session_id, call.name, call.arguments)
+        except ChamberError as e:
+            raise _RunEnded("engine_error", f"chamber tool {call.name} failed in transport: {e}") from e
+        text = json.dumps(result.body, ensure_ascii=False, default=str)
+        if not result.ok:
+            err = result.body.get("error") if isinstance(result.body, dict) else None
+            code = err.get("code") if isinstance(err, dict) else None
+            return ToolOutput(text, True, str(code or f"HTTP{result.status}"))
+        if call.name == SUBMIT_CHAMBER_OUTCOME:
+            self.chamber_outcome = result.body if result.body is not None else {}
+        return ToolOutput(text)
+
+    def finish(self, outcome: str, detail: str) -> RunEnd:
+        return self.writer.write(
+            RunEnd, outcome=outcome, phase=self.phase, detail=detail[:2000], extraction=self.extraction,
+            extraction_sha256=self.extraction_sha256, chamber_outcome=self.chamber_outcome,
+            phase_two=self.phase_two, turns=self.turns, usage=self.usage, tool_time_s=self.tool_time_s,
+            wall_s=self.clock() - self.started,
+        )
+
+
+def run_cell(
+    claim: Any,
+    *,
+    model: ModelClient,
+    datasheet: Path,
+    record_dir: Path,
+    clock: Callable[[], float],
+    chamber: ChamberClient | None = None,
+    budget: Budget = Budget(),
+    sleep: Callable[[float], None] | None = None,
+    run_id: str | None = None,
+    tools: list[LocalTool] | None = None,
+    surface_version: str | None = None,
+) -> CellResult:
+    """Run one cell end to end and return its outcome; the record is `<record_dir>/<run_id>.jsonl`.
+
+    `claim` is protocols' Claim (only its allowlist projection reaches the model). `datasheet` is the PDF the
+    phase-one tools open (`tools` overrides them, for tests of the loop alone). `clock` returns seconds (epoch)
+    and drives the wall budget and every timestamp; `sleep`, if given, backs off between retries. `chamber`
+    None runs phase one only."""
+    from protocols.datasheets import sha256_of
+
+    run_id = run_id or f"{claim.id}-{uuid.uuid4().hex[:12]}"
+    datasheet = Path(datasheet)
+    if tools is None:
+        tools, version = datasheet_local_tools(datasheet)
+        surface_version = surface_version or version
+    ds_info = {"path": str(datasheet), "sha256": sha256_of(datasheet) if datasheet.exists() else None}
+    config = {"budget": asdict(budget), "chamber": chamber.base_url if chamber is not None else None,
+              "phase_two": "enabled" if chamber is not None else "skipped"}
+    with RecordWriter(Path(record_dir), run_id, clock) as writer:
+        cell = _Cell(claim, model, tools, surface_version or "unversioned", writer, chamber, budget, clock, sleep,
+                     ds_info, config)
+        try:
+            cell.run()
+            outcome, detail = "engine_error", "the loop returned without an outcome"
+        except _RunEnded as end:
+            outcome, detail = end.outcome, end.detail
+        except Exception as e:  # recorded as an engine outcome, then re-raised for the caller to see
+            cell.finish("engine_error", f"{type(e).__name__}: {e}")
+            raise
+        cell.finish(outcome, detail)
+    return CellResult(run_id=run_id, outcome=outcome, extraction=cell.extraction,
+                      extraction_sha256=cell.extraction_sha256, chamber_outcome=cell.chamber_outcome,
+                      phase_two=cell.phase_two, record=writer.path, detail=detail, turns=cell.turns,
+                      tool_time_s=cell.tool_time_s)

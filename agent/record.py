@@ -1,0 +1,255 @@
+"""The dispatch record: one JSONL file per cell, one typed event per line, appended and flushed as it happens.
+
+Why: silent failures (a model that never opened the document, a tool call written as text, a constrained decoder
+that swallowed the tool-call token) are only visible afterwards in what was offered, called and returned. So the
+record keeps per-turn stop reasons, usage and offered tools, every tool call with its id, status (denied calls
+included) and full output (as a content-addressed blob beside the JSONL), and the frozen extraction's hash.
+A crash mid-run still leaves every event written so far on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+SCHEMA_VERSION = "1"
+OUTPUT_KEPT_BYTES = 4096  # output text kept inline in the record; the whole output is always in the blob
+
+Phase = Literal["extraction", "chamber"]
+Outcome = Literal[
+    "submitted", "end_turn_without_submit", "max_tokens", "max_turns", "timeout", "refusal", "context_exceeded",
+    "engine_error",
+]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    seq: int = Field(ge=0)
+    t: float  # seconds since the epoch, from the injected clock
+
+
+class ToolSurface(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    version: str
+    sha256: str  # of the canonical JSON of [{name, description, input_schema}, ...]
+    tools: list[str]
+
+
+class RunStart(_Event):
+    kind: Literal["run_start"] = "run_start"
+    schema_version: str = SCHEMA_VERSION
+    claim_id: str
+    model: str
+    provider: str
+    transport: str
+    system_prompt: str
+    first_user_message: str
+    tool_surface: ToolSurface
+    datasheet: dict[str, Any]
+    chamber: dict[str, Any] | None = None
+    config: dict[str, Any]
+
+
+class TokenUsage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0  # includes cache reads and writes (OpenTelemetry convention)
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    reasoning_output_tokens: int | None = None
+
+
+class ModelTurnEvent(_Event):
+    kind: Literal["model_turn"] = "model_turn"
+    turn: int = Field(ge=1)
+    phase: Phase
+    offered_tools: list[str]
+    tool_choice: Any
+    stop_reason: str | None  # normalised; None when no attempt produced a turn
+    raw_stop_reason: str | None = None
+    usage: TokenUsage | None = None
+    latency_ms: float
+    retries: int = 0  # loop retries + transport retries
+    http_status: int | None = None
+    request_id: str | None = None
+    response_model: str | None = None
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = []  # [{id, name}] in the order asked
+    errors: list[str] = []  # one line per failed attempt
+
+
+class ToolCallEvent(_Event):
+    kind: Literal["tool_call"] = "tool_call"
+    tool_call_id: str
+    turn: int = Field(ge=1)
+    phase: Phase
+    tool: str
+    arguments: dict[str, Any]
+    status: Literal["ok", "error", "denied"]
+    error_type: str | None = None
+    output_text: str  # first OUTPUT_KEPT_BYTES bytes (UTF-8) of the output
+    output_bytes: int = Field(ge=0)  # size of the whole output
+    output_kept_bytes: int = Field(ge=0)
+    output_sha256: str
+    blob: str  # path of the whole output, relative to the record file's folder
+    attachments: list[dict[str, Any]] = []  # images returned to the model: {mime_type, bytes, sha256, blob}
+    start: float
+    end: float
+    duration_ms: float = Field(ge=0)
+
+
+class PhaseChange(_Event):
+    kind: Literal["phase_change"] = "phase_change"
+    from_phase: Phase = "extraction"
+    to_phase: Phase | None  # None: phase two skipped
+    extraction_sha256: str
+    extraction: dict[str, Any]
+    chamber_session_id: str | None = None
+    chamber_tool_surface: ToolSurface | None = None
+    skipped_reason: str | None = None
+
+
+class RunEnd(_Event):
+    kind: Literal["run_end"] = "run_end"
+    outcome: Outcome
+    phase: Phase
+    detail: str = ""
+    extraction: dict[str, Any] | None = None
+    extraction_sha256: str | None = None
+    chamber_outcome: Any = None
+    phase_two: Literal["completed", "skipped", "incomplete", "not_reached"]
+    turns: int
+    usage: TokenUsage
+    tool_time_s: float
+    wall_s: float
+
+
+RecordEvent = Annotated[RunStart | ModelTurnEvent | ToolCallEvent | PhaseChange | RunEnd, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(RecordEvent)
+
+
+class RecordError(ValueError):
+    """A record file that does not follow the schema or its invariants; names the file, line and rule."""
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def canonical_sha256(value: Any) -> str:
+    """SHA-256 of canonical JSON (sorted keys, no spaces): the hash of a tool surface or a frozen payload."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+class RecordWriter:
+    """Appends events for one cell to `<record_dir>/<run_id>.jsonl`, flushing each line; blobs go beside it."""
+
+    def __init__(self, record_dir: Path, run_id: str, clock: Callable[[], float]) -> None:
+        self.run_id = run_id
+        self.clock = clock
+        self.dir = Path(record_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"{run_id}.jsonl"
+        self.blob_dir = self.dir / f"{run_id}.blobs"
+        self._seq = 0
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, kind_model: type[BaseModel], **fields: Any) -> BaseModel:
+        """Build, validate and append one event (validation errors surface here, at the writer, not later)."""
+        event = kind_model(run_id=self.run_id, seq=self._seq, t=fields.pop("t", None) or self.clock(), **fields)
+        self._file.write(event.model_dump_json() + "\n")
+        self._file.flush()
+        self._seq += 1
+        return event
+
+    def store_blob(self, text: str | bytes, suffix: str = ".txt") -> tuple[str, str, int]:
+        """Store a full tool output; returns (relative path, sha256, byte size). Identical outputs share a blob."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        digest = hashlib.sha256(data).hexdigest()
+        self.blob_dir.mkdir(exist_ok=True)
+        path = self.blob_dir / f"{digest}{suffix}"
+        if not path.exists():
+            path.write_bytes(data)
+        return f"{self.blob_dir.name}/{digest}{suffix}", digest, len(data)
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def kept_text(text: str, limit: int = OUTPUT_KEPT_BYTES) -> tuple[str, int]:
+    """The first `limit` UTF-8 bytes of `text` (never splitting a character) and how many bytes that is."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text, len(data)
+    kept = data[:limit].decode("utf-8", errors="ignore")
+    return kept, len(kept.encode("utf-8"))
+
+
+def read_record(path: Path) -> list[Any]:
+    """Parse and validate every line of a record file into typed events; RecordError names the bad line."""
+    events = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                events.append(_ADAPTER.validate_json(line))
+            except ValidationError as e:
+                raise RecordError(f"{path}:{n}: not a valid record event: {e.errors()[:3]}") from e
+    return events
+
+
+def validate_record(path: Path, *, check_blobs: bool = True) -> list[Any]:
+    """Schema plus invariants: run_start first and run_end last, one run id, consecutive seq, no chamber-phase
+    tool call before the phase_change, and every blob present with the recorded hash and size."""
+    path = Path(path)
+    events = read_record(path)
+    if not events:
+        raise RecordError(f"{path}: empty record")
+    if events[0].kind != "run_start":
+        raise RecordError(f"{path}: first event is {events[0].kind!r}, expected 'run_start'")
+    if events[-1].kind != "run_end":
+        raise RecordError(f"{path}: last event is {events[-1].kind!r}, expected 'run_end' (run cut short?)")
+    run_ids = {e.run_id for e in events}
+    if len(run_ids) != 1:
+        raise RecordError(f"{path}: several run ids {sorted(run_ids)}")
+    for i, e in enumerate(events):
+        if e.seq != i:
+            raise RecordError(f"{path}: event {i} has seq {e.seq}")
+    chamber_tools: set[str] = set()
+    for e in events:
+        if e.kind == "phase_change" and e.chamber_tool_surface is not None:
+            chamber_tools.update(e.chamber_tool_surface.tools)
+    entered_chamber = False
+    for e in events:
+        if e.kind == "tool_call" and e.tool in chamber_tools and e.status != "denied" and not entered_chamber:
+            raise RecordError(f"{path}: chamber tool {e.tool} ran ({e.tool_call_id}) before the phase_change")
+        if e.kind == "phase_change" and e.to_phase == "chamber":
+            entered_chamber = True
+        if e.kind == "tool_call" and e.phase == "chamber" and not entered_chamber:
+            raise RecordError(f"{path}: chamber tool call {e.tool_call_id} ({e.tool}) before the phase_change")
+        if e.kind == "tool_call" and check_blobs:
+            blob = path.parent / e.blob
+            if not blob.exists():
+                raise RecordError(f"{path}: blob {e.blob} of tool call {e.tool_call_id} is missing")
+            data = blob.read_bytes()
+            if hashlib.sha256(data).hexdigest() != e.output_sha256 or len(data) != e.output_bytes:
+                raise RecordError(f"{path}: blob {e.blob} does not match the recorded hash/size")
+    return events

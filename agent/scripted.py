@@ -1,0 +1,684 @@
+"""Scripted models for offline runs and tests: policies that answer Anthropic Messages requests.
+
+Why: the loop, the record and the detectors must be exercised end to end without a paid model, including the
+failure modes that matter (a closed-book answer, skipped verification, a missing submit, a tool call written as
+text, a token-limit stop). A policy is a pure function of the request body it receives — the same JSON the SDK
+sends over HTTP — so it can be served by the local test server (agent/testserver.py) or run in process
+(`ScriptedClient`), and it sees exactly what a real model would see: the prompt and the tool outputs, never the
+claim's value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.models.anthropic_client import from_anthropic_response, to_anthropic_request
+from agent.models.base import ModelError, ModelRequest, ModelTurn
+
+SUBMIT_EXTRACTION = "submit_extraction"
+SUBMIT_CHAMBER_OUTCOME = "submit_chamber_outcome"
+
+
+class ScriptedPolicy(Protocol):
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class ScriptedHTTPError(Exception):
+    """Raised by a policy to make the test server answer with an HTTP error (in process: a ModelError)."""
+
+    def __init__(self, status: int, message: str, error_type: str = "api_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_type = error_type
+
+
+# --------------------------------------------------------------------------------------------- reading a request
+@dataclass(frozen=True)
+class ToolExchange:
+    """One tool call the policy made earlier in the conversation and the result it got back."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+    result: str | None
+    is_error: bool
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The facts a policy reads from a request: the task, the tools offered now, and its own earlier calls."""
+
+    task: dict[str, str]  # "- key: value" lines of the first user message
+    offered: list[str]
+    exchanges: list[ToolExchange]
+    assistant_turns: int
+    model: str
+    max_tokens: int
+
+    @property
+    def phase_two(self) -> bool:
+        return SUBMIT_CHAMBER_OUTCOME in self.offered
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            parts.append(block.get("text", ""))
+    return "".join(parts)
+
+
+def read_conversation(request: dict[str, Any]) -> Conversation:
+    messages = request.get("messages") or []
+    task: dict[str, str] = {}
+    if messages:
+        for line in _text_of(messages[0].get("content")).splitlines():
+            m = re.match(r"^\s*-\s*([^:]+):\s*(.*)$", line)
+            if m:
+                task[m.group(1).strip().lower()] = m.group(2).strip()
+    calls: dict[str, dict[str, Any]] = {}
+    results: dict[str, tuple[str, bool]] = {}
+    order: list[str] = []
+    assistant_turns = 0
+    for msg in messages:
+        content = msg.get("content")
+        if msg.get("role") == "assistant":
+            assistant_turns += 1
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if block.get("type") == "tool_use":
+                calls[block["id"]] = block
+                order.append(block["id"])
+            elif block.get("type") == "tool_result":
+                c = block.get("content")
+                results[block["tool_use_id"]] = (_text_of(c) if not isinstance(c, str) else c, bool(block.get("is_error")))
+    exchanges = [
+        ToolExchange(i, calls[i]["name"], calls[i].get("input") or {}, *(results.get(i) or (None, False)))
+        for i in order
+    ]
+    return Conversation(
+        task=task,
+        offered=[t["name"] for t in request.get("tools") or []],
+        exchanges=exchanges,
+        assistant_turns=assistant_turns,
+        model=str(request.get("model", "scripted")),
+        max_tokens=int(request.get("max_tokens") or 0),
+    )
+
+
+# --------------------------------------------------------------------------------------------- building a reply
+def _estimate_tokens(obj: Any) -> int:
+    return max(1, len(json.dumps(obj, default=str)) // 4)  # deterministic stand-in for a tokenizer
+
+
+def reply(request: dict[str, Any], content: list[dict[str, Any]], stop_reason: str) -> dict[str, Any]:
+    """A Messages API response body, with deterministic ids and token counts."""
+    conv_turn = sum(1 for m in request.get("messages") or [] if m.get("role") == "assistant") + 1
+    return {
+        "id": f"msg_scripted_{conv_turn:03d}",
+        "type": "message",
+        "role": "assistant",
+        "model": str(request.get("model", "scripted")),
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": _estimate_tokens(request), "output_tokens": _estimate_tokens(content)},
+    }
+
+
+def tool_use(request: dict[str, Any], name: str, arguments: dict[str, Any], text: str = "") -> dict[str, Any]:
+    turn = sum(1 for m in request.get("messages") or [] if m.get("role") == "assistant") + 1
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content.append({"type": "tool_use", "id": f"toolu_{turn:03d}_{name}", "name": name, "input": arguments})
+    return reply(request, content, "tool_use")
+
+
+def end_turn(request: dict[str, Any], text: str) -> dict[str, Any]:
+    return reply(request, [{"type": "text", "text": text}], "end_turn")
+
+
+def _chamber_outcome_arguments(request: dict[str, Any], summary: str) -> dict[str, Any]:
+    """Arguments for submit_chamber_outcome built from the schema the service published (required fields)."""
+    schema = next((t.get("input_schema") or {} for t in request.get("tools") or []
+                   if t.get("name") == SUBMIT_CHAMBER_OUTCOME), {})
+    props = schema.get("properties") or {}
+    args: dict[str, Any] = {}
+    for name in schema.get("required") or []:
+        kind = (props.get(name) or {}).get("type", "string")
+        enum = (props.get(name) or {}).get("enum")
+        args[name] = enum[0] if enum else {"string": summary, "number": 0.0, "integer": 0, "boolean": False,
+                                            "object": {}, "array": []}.get(kind if isinstance(kind, str) else "string", summary)
+    if "summary" in props and "summary" not in args:
+        args["summary"] = summary
+    return args
+
+
+def _chamber_phase(request: dict[str, Any], conv: Conversation) -> dict[str, Any]:
+    """Phase two for the scripted policies: call the first chamber tool once (if it needs no arguments we cannot
+    make up), then submit the chamber outcome."""
+    called = {e.name for e in conv.exchanges}
+    for tool in request.get("tools") or []:
+        name = tool.get("name")
+        if name == SUBMIT_CHAMBER_OUTCOME or name in called:
+            continue
+        args = _chamber_outcome_arguments({"tools": [{**tool, "name": SUBMIT_CHAMBER_OUTCOME}]}, "scripted")
+        if "summary" not in ((tool.get("input_schema") or {}).get("required") or []):
+            args.pop("summary", None)
+        return tool_use(request, name, args, text=f"Let me look at the chamber with {name}.")
+    last = next((e for e in reversed(conv.exchanges) if e.name not in (SUBMIT_EXTRACTION, SUBMIT_CHAMBER_OUTCOME)), None)
+    summary = f"Chamber tool output: {(last.result or '')[:200]}" if last else "No chamber measurement was taken."
+    return tool_use(request, SUBMIT_CHAMBER_OUTCOME, _chamber_outcome_arguments(request, summary),
+                    text="The extraction is frozen; I end the chamber phase.")
+
+
+# --------------------------------------------------------------------------------------------- replayed scripts
+Step = tuple[str, dict[str, Any]]  # (tool name, arguments)
+Script = Generator[Step, tuple[str, bool], None]
+
+
+class ReplayPolicy:
+    """A policy written as a generator of tool calls, replayed from the start on every request.
+
+    Each request carries the whole conversation, so the generator is fed the recorded results of its earlier
+    calls in order; its next yield is this turn's call. Stateless, hence safe behind an HTTP server. When the
+    generator finishes, or phase two has begun, `finish` decides the last turns."""
+
+    def __init__(self, script: Callable[[Conversation], Script], *, phase_two: bool = True) -> None:
+        self.script = script
+        self.phase_two = phase_two
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        conv = read_conversation(request)
+        if conv.phase_two:
+            return _chamber_phase(request, conv)
+        gen = self.script(conv)
+        past = [e for e in conv.exchanges]
+        try:
+            step = next(gen)
+            for ex in past:
+                if ex.name != step[0]:
+                    break  # the conversation diverged from this script (e.g. a denied call); continue from here
+                step = gen.send((ex.result or "", ex.is_error))
+        except StopIteration:
+            return end_turn(request, "I have nothing more to do.")
+        return tool_use(request, step[0], step[1])
+
+
+# --------------------------------------------------------------------------------------------- simple policies
+class ClosedBook:
+    """Answers at once with a plausible figure and an invented quote, without opening the document."""
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        conv = read_conversation(request)
+        if conv.phase_two:
+            return _chamber_phase(request, conv)
+        if any(e.name == SUBMIT_EXTRACTION and not e.is_error for e in conv.exchanges):
+            return end_turn(request, "Submitted.")
+        parameter = conv.task.get("parameter", "the parameter")
+        unit = conv.task.get("unit", "")
+        return tool_use(
+            request,
+            SUBMIT_EXTRACTION,
+            {"value": 1.0, "unit": unit, "page": 1, "quote": f"{parameter}: typ. 1.0 {unit}", "conditions": {}},
+            text=f"From my knowledge of this part, the {parameter} is typically 1.0 {unit}.",
+        )
+
+
+def _skip_search_script(conv: Conversation) -> Script:
+    yield ("build_datasheet", {})
+    yield ("inspect_page", {"page": 1})
+    unit = conv.task.get("unit", "")
+    yield (SUBMIT_EXTRACTION, {"value": 1.0, "unit": unit, "page": 1,
+                               "quote": f"{conv.task.get('parameter', '')} 1.0 {unit}", "conditions": {}})
+
+
+class NoSubmit:
+    """Opens the document, then ends its turn with the answer in prose instead of calling the submit tool."""
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        conv = read_conversation(request)
+        if not conv.exchanges:
+            return tool_use(request, "build_datasheet", {})
+        return end_turn(request, f"The {conv.task.get('parameter', 'value')} is stated in the datasheet; "
+                                 "I believe I have answered the question.")
+
+
+class Markup:
+    """Writes the submit call as text (a wrong tool parser's symptom) and ends the turn."""
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        conv = read_conversation(request)
+        call = {"name": SUBMIT_EXTRACTION, "arguments": {"value": 1.0, "unit": conv.task.get("unit", ""),
+                                                         "page": 1, "quote": "see datasheet"}}
+        return end_turn(request, f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
+
+
+class MaxTokens:
+    """Stops on the output token limit in the middle of its reasoning."""
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        return reply(request, [{"type": "text", "text": "Let me think about where this parameter is listed. "
+                                                        "First, the electrical characteristics table"}], "max_tokens")
+
+
+class StopWith:
+    """Answers every turn with one fixed stop reason (refusal, pause_turn, model_context_window_exceeded...)."""
+
+    def __init__(self, stop_reason: str, text: str = "") -> None:
+        self.stop_reason = stop_reason
+        self.text = text
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        content = [{"type": "text", "text": self.text}] if self.text else []
+        return reply(request, content, self.stop_reason)
+
+
+class HTTPFailure:
+    """Fails every request with one HTTP status (server side: a real error response; in process: ModelError)."""
+
+    def __init__(self, status: int, message: str = "scripted failure", error_type: str = "api_error") -> None:
+        self.status, self.message, self.error_type = status, message, error_type
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        raise ScriptedHTTPError(self.status, self.message, self.error_type)
+
+
+class Sequence:
+    """Delegates turn n (counting assistant turns already in the request) to policies[n], then to the last."""
+
+    def __init__(self, *policies: ScriptedPolicy) -> None:
+        self.policies = policies
+
+    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
+        n = sum(1 for m in request.get("messages") or [] if m.get("role") == "assistant")
+        return self.policies[min(n, len(self.policies) - 1)].respond(request)
+
+
+# --------------------------------------------------------------------------------------------- in-process client
+class ScriptedClient:
+    """Runs a policy in process through the same Anthropic wire translation the SDK path uses."""
+
+    provider = "scripted"
+    transport = "in-process"
+
+    def __init__(self, policy: ScriptedPolicy, model: str) -> None:
+        self.policy = policy
+        self.model = model
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        body = to_anthropic_request(request, self.model)
+        body = json.loads(json.dumps(body))  # what would cross the wire: plain JSON, no shared objects
+        try:
+            data = self.policy.respond(body)
+        except ScriptedHTTPError as e:
+            kind = "context_exceeded" if "prompt is too long" in e.message else "http"
+            raise ModelError(kind, e.message, http_status=e.status) from e
+        message, stop, raw_stop, usage, response_model = from_anthropic_response(data)
+        return ModelTurn(message, stop, raw_stop, usage, http_status=200, request_id=data.get("id"),
+                         response_model=response_model)
+
+
+# --------------------------------------------------------------------------------------------- the reader
+# The reader reads like a careful person with a search box: it turns the parameter name into search phrases,
+# opens the table on each page that matches, finds the row (and the sub-row whose conditions match the
+# parameter's qualifiers), and reads Min/Typ/Max in a unit it can convert. It never sees the claim's value.
+
+_SI_PREFIX = {"n": 1e-9, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "m": 1e-3, "": 1.0, "c": 1e-2, "h": 1e2, "k": 1e3,
+              "M": 1e6}
+_ACRONYMS = {"adc": "analog-to-digital", "als": "ambient light"}
+_STOP = {"the", "of", "at", "and", "a", "an", "in", "per", "to", "for", "mode", "not", "with", "on", "or", "is"}
+_NUM = r"[-+–−]?\d+(?:[.,]\d+)?"
+
+
+def _fold(text: str) -> str:
+    text = (text.replace("–", "-").replace("−", "-").replace("—", "-").replace("μ", "µ").replace("º", "°")
+            .replace("\u00ad", ""))
+    return " ".join(text.split())
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for t in re.findall(r"[a-z0-9µ°]+(?:\.[0-9]+)?", _fold(text).lower()) if t not in _STOP}
+
+
+def _number(text: str) -> float | None:
+    m = re.search(_NUM, _fold(text))
+    return float(m.group(0).replace(",", ".").replace("–", "-").replace("−", "-")) if m else None
+
+
+def _unit_key(unit: str) -> str:
+    u = _fold(unit).replace(" ", "").replace("RMS", "").replace("rms", "")
+    return u.replace("u", "µ") if u.startswith("u") else u
+
+
+def unit_factor(found: str, wanted: str) -> float | None:
+    """Factor converting a figure printed in `found` to `wanted` (same unit up to an SI prefix), else None."""
+    f, w = _unit_key(found), _unit_key(wanted)
+    if not f or not w:
+        return None
+    if f.lower() == w.lower():
+        return 1.0
+    for pf, vf in _SI_PREFIX.items():
+        for pw, vw in _SI_PREFIX.items():
+            if f.startswith(pf) and w.startswith(pw) and f[len(pf):] == w[len(pw):] and f[len(pf):]:
+                return vf / vw
+    return None
+
+
+def search_phrases(parameter: str) -> tuple[list[str], set[str], set[str]]:
+    """Search phrases from a parameter name, most specific first; the qualifier tokens that pick a sub-row; and
+    the head phrase's tokens (which a table caption or row may echo)."""
+    text = _fold(parameter)
+    qualifiers = re.findall(r"\(([^)]*)\)", text)
+    head = re.sub(r"\([^)]*\)", " ", text)
+    parts = [p.strip() for p in head.split(",")]
+    head, qualifiers = parts[0], qualifiers + parts[1:]
+    m = re.match(r"^(.*?)\s+at\s+(.*)$", head)
+    if m:
+        head, qualifiers = m.group(1), qualifiers + [m.group(2)]
+    head = " ".join(head.split())
+    words = head.split()
+    phrases: list[str] = [head]
+    if "bit" in [w.lower() for w in words]:  # a bit depth is printed as "N-bit <thing>"
+        rest = [(_ACRONYMS.get(w.lower(), w)) for w in words if w.lower() not in ("bit", "depth")]
+        phrases.append("bit " + " ".join(rest))
+    expanded = " ".join(_ACRONYMS.get(w.lower(), w) for w in words)
+    if expanded != head:
+        phrases.append(expanded)
+    for n in range(len(words) - 1, 0, -1):  # shorter windows of the head phrase, longest first
+        for i in range(len(words) - n + 1):
+            window = words[i:i + n]
+            if n == 1 and (len(window[0]) < 4 or window[0].lower() in _STOP):
+                continue
+            phrases.append(" ".join(window))
+    seen: set[str] = set()
+    ordered = [p for p in phrases if not (p.lower() in seen or seen.add(p.lower()))]
+    head_tokens = _tokens(head)
+    qual = set().union(*(_tokens(q) for q in qualifiers)) - head_tokens if qualifiers else set()
+    return ordered, qual, head_tokens
+
+
+_PAGE_RE = re.compile(r"(?:\bpage\b|\bp\.?)\s*[:=]?\s*(\d+)", re.I)
+
+
+def search_hits(text: str) -> list[tuple[int, str]]:
+    """(page, snippet) pairs from a search_text output: JSON hit objects, or lines naming their page."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    hits: list[tuple[int, str]] = []
+    if isinstance(data, dict):
+        data = data.get("hits") or data.get("results") or data.get("matches") or []
+    if isinstance(data, list):
+        for h in data:
+            if isinstance(h, dict) and "page" in h:
+                hits.append((int(h["page"]), str(h.get("snippet") or h.get("text") or h.get("line") or "")))
+        return hits
+    for line in text.splitlines():
+        m = _PAGE_RE.search(line)
+        if m:
+            hits.append((int(m.group(1)), line[m.end():] if m.start() < 3 else line))
+    return hits
+
+
+@dataclass
+class _Table:
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+def markdown_tables(text: str) -> list[_Table]:
+    """Markdown tables in a tool output, each with the caption line above it (if any)."""
+    tables: list[_Table] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].lstrip().startswith("|"):
+            caption = ""
+            for back in range(i - 1, max(i - 4, -1), -1):
+                if lines[back].strip() and not lines[back].lstrip().startswith("|"):
+                    caption = lines[back].strip().strip("*#").strip()
+                    break
+            block = []
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                i += 1
+            block = [r for r in block if not all(re.fullmatch(r":?-{2,}:?", c) or not c for c in r)]
+            if block:
+                tables.append(_Table(caption, block[0], block[1:]))
+        else:
+            i += 1
+    return tables
+
+
+def _columns(table: _Table) -> dict[str, int]:
+    cols: dict[str, int] = {}
+    for row in [table.header] + table.rows[:2]:
+        for j, cell in enumerate(row):
+            key = cell.lower().rstrip(".")
+            for name in ("min", "typ", "max", "unit", "units"):
+                if key == name or key.startswith(name + " ") or key == name + "imum":
+                    cols.setdefault("unit" if name == "units" else name, j)
+    return cols
+
+
+_SYMMETRIC = re.compile(r"^(?:±|\+/-|\+-)\s*(\d+(?:[.,]\d+)?)$")
+
+
+@dataclass
+class Reading:
+    page: int
+    quote: str
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    unit: str = ""
+    score: float = 0.0
+
+
+def _cell_value(cell: str) -> tuple[str, float] | None:
+    c = _fold(cell).replace(" ", "")
+    if not c or c in ("-", "—"):
+        return None
+    m = _SYMMETRIC.match(c)
+    if m:
+        return "sym", float(m.group(1).replace(",", "."))
+    if re.fullmatch(r"[<>≤≥]?\d{1,3}(?:,\d{3})+", c):  # thousands separators: 10,000
+        return "num", float(re.sub(r"[<>≤≥,]", "", c))
+    if re.fullmatch(r"[<>≤≥]?" + _NUM, c):
+        return "num", float(re.sub(r"[<>≤≥]", "", c).replace(",", ".").replace("–", "-"))
+    return None
+
+
+def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], head: set[str],
+                   unit: str) -> list[Reading]:
+    """Readings from the rows of `table` that belong to the parameter named by `phrase`."""
+    cols = _columns(table)
+    if not {"min", "typ", "max"} & set(cols):
+        return []
+    key = _fold(phrase).lower()
+    rows = table.rows
+    out: list[Reading] = []
+    anchor = next((i for i, r in enumerate(rows) if key in _fold(" ".join(r)).lower()), None)
+    if anchor is None:
+        return out
+    labels = {rows[anchor][0]} if rows[anchor] else set()
+    group: list[int] = []
+    for i in range(anchor, len(rows)):
+        first = rows[i][0] if rows[i] else ""
+        has_values = any(_cell_value(rows[i][cols[c]]) for c in ("min", "typ", "max") if c in cols and cols[c] < len(rows[i]))
+        prev_valueless = bool(group) and not any(
+            _cell_value(rows[group[-1]][cols[c]]) for c in ("min", "typ", "max") if c in cols and cols[c] < len(rows[group[-1]]))
+        if i == anchor or not first or key in _fold(first).lower() or first in labels or prev_valueless or not has_values:
+            group.append(i)
+            if first:
+                labels.add(first)
+            continue
+        break
+    value_rows = [i for i in group if any(_cell_value(rows[i][cols[c]]) for c in ("min", "typ", "max")
+                                          if c in cols and cols[c] < len(rows[i]))]
+    caption_tokens = _tokens(table.caption)
+    for n, i in enumerate(value_rows):
+        nxt = value_rows[n + 1] if n + 1 < len(value_rows) else group[-1] + 1
+        context_rows = [rows[k] for k in range(i, nxt)]
+        row_unit = rows[i][cols["unit"]] if "unit" in cols and cols["unit"] < len(rows[i]) else ""
+        if not row_unit:  # the unit may sit on a continuation line, or be carried from the group's first row
+            for r in context_rows[1:] + [rows[k] for k in range(i - 1, anchor - 1, -1)]:
+                if "unit" in cols and cols["unit"] < len(r) and r[cols["unit"]]:
+                    row_unit = r[cols["unit"]]
+                    break
+        factor = unit_factor(row_unit, unit)
+        if factor is None:
+            continue
+        got = {c: _cell_value(rows[i][cols[c]]) for c in ("min", "typ", "max") if c in cols and cols[c] < len(rows[i])}
+        got = {c: v for c, v in got.items() if v is not None}
+        r = Reading(page=page, quote=" ".join(" ".join(c for c in row if c) for row in context_rows), unit=unit)
+        sym = next((v for _, (kind, v) in got.items() if kind == "sym"), None)
+        if sym is not None:
+            r.low, r.high = -sym * factor, sym * factor
+        else:
+            if "typ" in got:
+                r.value = got["typ"][1] * factor
+            if "min" in got:
+                r.low = got["min"][1] * factor
+            if "max" in got:
+                r.high = got["max"][1] * factor
+        context = _tokens(" ".join(" ".join(row) for row in context_rows)) | caption_tokens
+        matched = qualifiers & context  # a number in a condition (3.3 V, 525 nm) decides between sub-rows
+        r.score = (10 + 2 * len(head & context) + sum(3 if re.match(r"\d", t) else 1 for t in matched)
+                   + (1 if _unit_key(row_unit) == _unit_key(unit) else 0))
+        out.append(r)
+    return out
+
+
+def prose_readings(snippet: str, page: int, unit: str, parameter: str) -> list[Reading]:
+    """Readings from running text: "<100 mlx", "0.5Pa/K", "1.7 – 3.6 V", "± 0.06 hPa", "23-bit"."""
+    text = _fold(snippet)
+    out: list[Reading] = []
+    if "bit" in parameter.lower() and "count" in unit.lower():
+        m = re.search(r"(\d+)-bit", text)
+        if m:  # an N-bit converter's codes run from 0 to 2^N - 1
+            return [Reading(page, text, low=0.0, high=float(2 ** int(m.group(1)) - 1), unit=unit, score=5)]
+    pattern = re.compile(
+        r"(?P<pre>[<>≤≥]|±|\+/-)?\s*(?P<a>" + _NUM + r")\s*(?:(?:-|to)\s*(?P<b>[+]?\d+(?:[.,]\d+)?)\s*)?"
+        r"(?P<unit>[A-Za-zµ°/%]+(?:/[A-Za-z]+)?)")
+    for m in pattern.finditer(text):
+        # In running text only the unit asked for counts: a converted figure there is usually another quantity
+        # ("ambient light levels < 1 klx" is not a resolution in mlx).
+        factor = 1.0 if _unit_key(m.group("unit")).lower() == _unit_key(unit).lower() else None
+        if factor is None:
+            continue
+        a = float(m.group("a").replace(",", ".")) * factor
+        r = Reading(page, text, unit=unit, score=3)
+        pre = m.group("pre")
+        if m.group("b"):
+            r.low, r.high = a, float(m.group("b").replace(",", ".")) * factor
+        elif pre in ("±", "+/-"):
+            r.low, r.high = -abs(a), abs(a)
+        elif pre in ("<", "≤"):
+            r.high = a
+        elif pre in (">", "≥"):
+            r.low = a
+        else:
+            r.value = a
+        out.append(r)
+    return out
+
+
+def toc_sections(overview: str, head: set[str]) -> list[tuple[int, list[str]]]:
+    """Pages of the sections whose titles echo the parameter, each with the parameter's other words (the row
+    label to look for there), best match first. `overview` is build_datasheet's JSON."""
+    try:
+        toc = json.loads(overview).get("toc") or []
+    except (ValueError, AttributeError):
+        return []
+    found: list[tuple[int, int, list[str]]] = []
+    for entry in toc:
+        title = {t for t in _tokens(str(entry.get("title", ""))) if not re.fullmatch(r"[\d.]+", t)}
+        overlap = title & head
+        if overlap and (title <= head or len(overlap) >= 2) and isinstance(entry.get("page"), int):
+            rest = sorted(head - title)
+            if rest:
+                found.append((len(overlap), entry["page"], rest))
+    found.sort(key=lambda f: -f[0])
+    return [(page, rest) for _, page, rest in found[:3]]
+
+
+def _reader_script(conv: Conversation) -> Script:
+    parameter = conv.task.get("parameter", "")
+    unit = conv.task.get("unit", "")
+    overview, _ = yield ("build_datasheet", {})
+    phrases, qualifiers, head = search_phrases(parameter)
+    tables_seen: dict[int, list[_Table]] = {}
+    best: Reading | None = None
+    # Multi-word phrases first; then the sections whose titles echo the parameter; then single words.
+    steps: list[str | None] = [p for p in phrases if " " in p] + [None] + [p for p in phrases if " " not in p]
+    for phrase in steps[:14]:
+        if phrase is None:
+            candidates = []
+            for page, words in toc_sections(overview, head):
+                if page not in tables_seen:
+                    md, md_error = yield ("extract_table_markdown", {"page": page})
+                    tables_seen[page] = [] if md_error else markdown_tables(md)
+                for word in words:
+                    for table in tables_seen[page]:
+                        candidates += table_readings(table, page, word, qualifiers, head, unit)
+            if candidates:
+                best = max(candidates, key=lambda r: r.score)
+                break
+            continue
+        result, is_error = yield ("search_text", {"query": phrase})
+        if is_error:
+            continue
+        hits = search_hits(result)
+        candidates: list[Reading] = []
+        for page in dict.fromkeys(p for p, _ in hits):
+            if page not in tables_seen and len(tables_seen) < 24:
+                md, md_error = yield ("extract_table_markdown", {"page": page})
+                tables_seen[page] = [] if md_error else markdown_tables(md)
+            for table in tables_seen.get(page, []):
+                candidates += table_readings(table, page, phrase, qualifiers, head, unit)
+        for page, snippet in hits:  # running text counts only where the phrase itself is printed
+            if _fold(phrase).lower() in _fold(snippet).lower():
+                candidates += prose_readings(snippet, page, unit, parameter)
+        if candidates:
+            best = max(candidates, key=lambda r: r.score)  # ties: the first (earliest page, table before prose)
+            break
+    if best is None:
+        yield (SUBMIT_EXTRACTION, {"value": None, "unit": unit, "page": 1, "quote": "not found",
+                                   "notes": "the reader found no figure"})
+        return
+    payload = {k: getattr(best, k) for k in ("value", "low", "high") if getattr(best, k) is not None}
+    payload.update(unit=unit, page=best.page, quote=best.quote[:400])
+    yield (SUBMIT_EXTRACTION, payload)
+
+
+# --------------------------------------------------------------------------------------------- registry
+POLICIES: dict[str, Callable[[], ScriptedPolicy]] = {
+    "reader": lambda: ReplayPolicy(_reader_script),
+    "closed-book": ClosedBook,
+    "skip-search": lambda: ReplayPolicy(_skip_search_script),
+    "no-submit": NoSubmit,
+    "markup": Markup,
+    "max-tokens": MaxTokens,
+    "refusal": lambda: StopWith("refusal", "I can't help with that."),
+    "pause-turn": lambda: StopWith("pause_turn"),
+    "context-exceeded": lambda: StopWith("model_context_window_exceeded"),
+}
+
+
+def policy_named(name: str) -> ScriptedPolicy:
+    """The scripted policy called `name`; ValueError lists the known names."""
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown scripted policy {name!r}; known: {', '.join(POLICIES)}") from None

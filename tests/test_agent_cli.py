@@ -1,0 +1,34 @@
+"""`bench_cli.py extract`: one recorded cell from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import bench_cli
+from agent.record import validate_record
+from conftest import shared_path
+
+
+def test_extract_runs_phase_one_and_prints_the_record_path(tmp_path, capsys):
+    shared_path("datasheets", "DPS310.pdf")
+    code = bench_cli.main(["extract", "dps310-pressure-rate-range", "--model", "scripted:reader",
+                           "--record", str(tmp_path), "--json", "--otlp", str(tmp_path / "trace.json")])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["outcome"] == "submitted" and out["phase_two"] == "skipped"
+    assert out["extraction"]["low"] == 1 and out["extraction"]["high"] == 128
+    events = validate_record(out["record"])
+    assert events[-1].phase_two == "skipped" and out["run_id"] == events[0].run_id
+    assert json.loads((tmp_path / "trace.json").read_text())["resourceSpans"]
+
+
+def test_extract_without_a_key_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    code = bench_cli.main(["extract", "dps310-pressure-rate-range", "--model", "claude-sonnet-4-5",
+                           "--record", str(tmp_path), "--json"])
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and err["type"] == "MissingApiKey" and "ANTHROPIC_API_KEY" in err["message"]
+
+
+def test_unknown_claim_lists_known_ids(tmp_path, capsys):
+    code = bench_cli.main(["extract", "dps310-nope", "--model", "scripted:reader", "--record", str(tmp_path)])
+    assert code == 2 and "dps310-relative-accuracy" in capsys.readouterr().err
