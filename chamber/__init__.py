@@ -1,1 +1,43 @@
-"""chamber package."""
+"""chamber: the Chamber driver (variables, limits, serial and in-process backends).
+
+`open_chamber(...)` is the entry point: a connected Chamber over any pyserial URL, or over the emulated firmware
+in this process (`backend="sim"`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chamber.driver import Chamber
+from chamber.errors import ChamberHalted, FirmwareError, FrameRejected, InvalidSetting, LinkLost
+from chamber.frame import Frame
+from chamber.limits import OperatorLimits, load_limits
+
+__all__ = ["Chamber", "ChamberHalted", "FirmwareError", "Frame", "FrameRejected", "InvalidSetting", "LinkLost",
+           "OperatorLimits", "load_limits", "open_chamber"]
+
+
+def open_chamber(port: str | None = None, *, backend: str = "serial", chamber: str = "wt", seed: int = 0,
+                 params: dict | None = None, limits: OperatorLimits | dict | str | Path | None = None,
+                 config: str = "standard", timing: Any = None, **kwargs: Any) -> Chamber:
+    """A connected Chamber. backend "serial" needs `port` (any pyserial URL); "sim" runs the firmware in-process."""
+    if backend == "serial":
+        if not port:
+            raise ValueError("backend 'serial' needs a port URL (device path, pty or socket://host:port)")
+        from chamber.serial_backend import SerialBackend
+        from firmware_bridge.session import Timing
+
+        chosen: Any = SerialBackend(port, timing=timing or Timing())
+    elif backend == "sim":
+        from chamber.sim_backend import SimBackend
+
+        chosen = SimBackend(chamber, config=config, seed=seed, params=params)
+    else:
+        raise ValueError(f"backend must be 'serial' or 'sim', got {backend!r}")
+    driver = Chamber(chosen, limits=limits, **kwargs)
+    try:
+        return driver.connect()
+    except BaseException:
+        chosen.close()
+        raise

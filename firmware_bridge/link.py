@@ -1,0 +1,249 @@
+"""The host's end of one Mk1 board session on an open pyserial port: reliable segments and error capture.
+
+Why one class owns the port: reads, ACKs, resends and the capture of out-of-frame error reports must see every
+byte in order. The port, the clocks and the timings are passed in, so a pty, a socket:// URL or a USB device
+all work the same way, and tests can run with short timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+import serial
+
+from firmware_bridge.batch import check_crcs, decode_uniform, encode_acks
+from firmware_bridge.errors import BoardRebooted, FirmwareError, LinkLost
+from firmware_bridge.packets import HOST_PACKET_LIMIT, PacketSplitter, PacketTooLong, decode_body, encode_packet, packet_size
+from firmware_bridge.segments import (
+    CRC_LEN,
+    FIRST_SEQ,
+    HEADER_LEN,
+    MIN_SEGMENT,
+    SEQ_MODULO,
+    Arrival,
+    Endpoint,
+    LinkCounters,
+    decode_segment,
+    seq_distance,
+)
+
+log = logging.getLogger(__name__)
+
+RESEND_AFTER_S = 0.1
+"""The protocol's resend interval for an unacknowledged segment."""
+READ_CHUNK = 1 << 16
+_PAD = ord("=")
+_MIN_RUN = 4  # shorter runs are cheaper one by one
+_REBOOT_CERTAIN_DISTANCE = 1024  # a CHAMBER_CONFIG this far behind cannot be a late resend: the board rebooted
+
+
+class ReplyTimeout(LinkLost):
+    """The board stopped answering."""
+
+
+class Link:
+    """Reliable delivery over one open port for one board session (numbering starts fresh in the constructor)."""
+
+    def __init__(
+        self,
+        port: Any,
+        *,
+        counters: LinkCounters | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        resend_after: float = RESEND_AFTER_S,
+        max_resends: int = 10,
+    ):
+        self.port = port
+        self.counters = counters if counters is not None else LinkCounters()
+        self.endpoint = Endpoint(counters=self.counters)
+        self.splitter = PacketSplitter()
+        self.inbox: deque[tuple[bytes, float]] = deque()
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self.resend_after = resend_after
+        self.max_resends = max_resends
+        self._pending: int | None = None
+        self.broken: LinkLost | None = None
+        self.halted: FirmwareError | None = None
+        self.reboot_seen = False
+        self._can_select = _has_fileno(port)
+
+    # ------------------------------------------------------------------ session numbering
+    def restart_numbering(self) -> None:
+        """After OK,RST the board reboots: both sides start numbering afresh."""
+        self.endpoint = Endpoint(counters=self.counters)
+        self.inbox.clear()
+        self._pending = None
+        self.reboot_seen = False
+
+    # ------------------------------------------------------------------ sending
+    def send(self, data: bytes, what: str = "") -> None:
+        """Send one message and wait for its ACK, resending every `resend_after` seconds."""
+        self._check_usable()
+        size = packet_size(HEADER_LEN + len(data) + CRC_LEN)
+        if size > HOST_PACKET_LIMIT:
+            raise PacketTooLong(size, HOST_PACKET_LIMIT, what or data.decode("ascii", "replace"))
+        seq, segment = self.endpoint.data_segment(data)
+        packet = encode_packet(segment)
+        self._write(packet)
+        self.counters.segments_sent += 1
+        self._pending = seq
+        resends = 0
+        deadline = self._clock() + self.resend_after
+        while self._pending is not None:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                self.counters.ack_timeouts += 1
+                if resends >= self.max_resends:
+                    self._fail(ReplyTimeout(f"no ACK for segment {seq} ({what or data[:20]!r}) after {resends} resends"))
+                self._write(packet)
+                resends += 1
+                self.counters.resends += 1
+                self.counters.segments_sent += 1
+                deadline = self._clock() + self.resend_after
+                continue
+            self.pump(remaining)
+
+    # ------------------------------------------------------------------ receiving
+    def next_message(self, timeout: float) -> tuple[bytes, float]:
+        """The next delivered message and the host time it arrived; ReplyTimeout if none within `timeout`."""
+        deadline = self._clock() + timeout
+        while not self.inbox:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                reason = "the board rebooted (it announced itself again)" if self.reboot_seen else f"no message within {timeout:g} s"
+                self._fail(BoardRebooted(reason) if self.reboot_seen else ReplyTimeout(reason))
+            self.pump(remaining)
+        return self.inbox.popleft()
+
+    def pump(self, timeout: float) -> bool:
+        """Wait up to `timeout` for bytes, then process everything that arrived. True if bytes arrived."""
+        self._check_usable()
+        data = self._read(timeout)
+        if not data:
+            return False
+        now = self._wall_clock()
+        self.counters.bytes_received += len(data)
+        split = self.splitter.feed(data)
+        bodies = split.bodies
+        acks: list[int] = []
+        i, n = 0, len(bodies)
+        while i < n:
+            length = len(bodies[i])
+            j = i + 1
+            if length >= 32 and length % 4 == 0 and bodies[i][-1] != _PAD:
+                while j < n and len(bodies[j]) == length and bodies[j][-1] != _PAD:
+                    j += 1
+            if j - i < _MIN_RUN or not self._take_run(bodies[i:j], now, acks):
+                for body in bodies[i:j]:
+                    self._take_one(body, now, acks)
+            i = j
+        if acks:
+            self._write(encode_acks(self.endpoint.last_delivered, acks))
+            self.counters.segments_sent += len(acks)
+        if split.stray:
+            log.debug("bytes outside framing: %r", split.stray[:200])
+        if split.error_reports:
+            self.counters.error_reports += len(split.error_reports)
+            self.halted = FirmwareError.from_report(split.error_reports[0])
+            raise self.halted
+        return True
+
+    def _take_run(self, run: list[bytes], now: float, acks: list[int]) -> bool:
+        """Fast path: a run of equal-length data segments, all intact and in order. False: take them one by one."""
+        segments = decode_uniform(run)
+        if segments is None or segments.shape[1] < MIN_SEGMENT or segments[:, 0].any():
+            return False
+        if not check_crcs(segments).all():
+            return False
+        k, length = segments.shape
+        endpoint = self.endpoint
+        seqs = np.ascontiguousarray(segments[:, 1:5]).view("<u4").ravel()
+        first = (endpoint.last_acknowledged + 1) % SEQ_MODULO
+        if int(seqs[0]) != first or not np.array_equal(seqs, (first + np.arange(k, dtype=np.uint64)) % SEQ_MODULO):
+            return False
+        endpoint.last_acknowledged = int(seqs[-1])
+        self.counters.segments_received += k
+        size = length - MIN_SEGMENT
+        flat = np.ascontiguousarray(segments[:, HEADER_LEN : length - CRC_LEN]).tobytes()
+        self.inbox.extend((flat[x : x + size], now) for x in range(0, k * size, size))
+        acks.extend(seqs.tolist())
+        return True
+
+    def _take_one(self, body: bytes, now: float, acks: list[int]) -> None:
+        raw = decode_body(body)
+        segment = decode_segment(raw) if raw is not None else None
+        if segment is None:
+            self.counters.crc_failures += 1
+            return
+        endpoint = self.endpoint
+        kind = endpoint.classify(segment)
+        if kind is Arrival.DELIVER:
+            acks.append(segment.seq)
+            self.inbox.append((segment.data, now))
+        elif kind is Arrival.ACK:
+            if segment.ack == self._pending:
+                self._pending = None
+        elif kind is Arrival.DUPLICATE:
+            acks.append(segment.seq)
+        elif segment.seq == FIRST_SEQ and segment.data.startswith(b"CHAMBER_CONFIG"):
+            self.reboot_seen = True
+            if seq_distance(FIRST_SEQ, endpoint.last_acknowledged) > _REBOOT_CERTAIN_DISTANCE:
+                self._fail(BoardRebooted("the board rebooted (it announced itself again mid-session)"))
+
+    # ------------------------------------------------------------------ port I/O
+    def _read(self, timeout: float) -> bytes:
+        try:
+            if self._can_select:
+                ready, _, _ = select.select([self.port.fileno()], [], [], max(timeout, 0.0))
+                if not ready:
+                    return b""
+                data = self.port.read(READ_CHUNK)
+                if not data:  # readable but empty: a closed socket or pty reads this way
+                    self._fail(LinkLost("the port reported data but returned none (closed by the peer)"))
+                return data
+            data = self.port.read(max(1, self.port.in_waiting))
+            if not data and timeout > 0:
+                time.sleep(min(timeout, 0.002))
+                data = self.port.read(max(1, self.port.in_waiting))
+            return data
+        except (serial.SerialException, OSError) as exc:
+            self._fail(LinkLost(f"serial read failed: {exc}"))
+        return b""  # unreachable
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self.port.write(data)
+        except (serial.SerialException, OSError) as exc:
+            self._fail(LinkLost(f"serial write failed: {exc}"))
+        self.counters.bytes_sent += len(data)
+
+    def _fail(self, error: LinkLost) -> None:
+        self.broken = error
+        raise error
+
+    def _check_usable(self) -> None:
+        if self.halted is not None:
+            raise self.halted
+        if self.broken is not None:
+            raise LinkLost(f"link already lost ({self.broken.reason})")
+
+    def close(self) -> None:
+        try:
+            self.port.close()
+        except Exception:  # closing a vanished port may fail; the port is gone either way
+            log.debug("error closing port", exc_info=True)
+
+
+def _has_fileno(port: Any) -> bool:
+    try:
+        port.fileno()
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,224 @@
+"""One conversation with a Mk1 board: open the port, reset, await the announcement, then SET / MSR / RST.
+
+Why separate from the link: the link knows segments, this module knows the order of messages (boot
+announcement first, OK,MSR before rows, OK,DONE after them) and turns replies into checked values. WAIT does not
+exist on the board; callers wait on the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import serial
+
+from firmware_bridge.errors import BoardRebooted, FrameRejected, LinkLost, ProtocolError
+from firmware_bridge.link import Link, ReplyTimeout
+from firmware_bridge.messages import (
+    CHAMBER_CONFIG,
+    OK_DONE,
+    OK_RST,
+    RST,
+    VARIABLES_LIST,
+    format_msr,
+    format_set,
+    parse_config,
+    parse_msr_reply,
+    parse_set_reply,
+    parse_variables,
+)
+from firmware_bridge.rows import RowBlock, RowChecker
+from firmware_bridge.segments import LinkCounters
+
+log = logging.getLogger(__name__)
+
+BAUDRATE = 500_000
+
+
+@dataclass(frozen=True)
+class BootInfo:
+    """What the board announced after reset."""
+
+    config: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timeouts of a session; the defaults suit a real board (seconds of boot, ~7 rows/s)."""
+
+    boot_timeout: float = 6.0  # from reset to CHAMBER_CONFIG (the original host waited ~4 s)
+    reply_timeout: float = 2.0  # from an ACKed command to its reply
+    stall_timeout: float = 2.0  # longest pause between rows of an MSR
+    resend_after: float = 0.1
+    max_resends: int = 10
+    dtr_pulse: float = 0.05
+
+
+def open_port(url: str, *, port_factory: Callable[..., Any] = serial.serial_for_url) -> Any:
+    """Open any pyserial URL (device path, pty, socket://) exclusively where the platform supports it."""
+    try:
+        return port_factory(url, baudrate=BAUDRATE, exclusive=True, timeout=0, write_timeout=2.0)
+    except (serial.SerialException, OSError, ValueError) as exc:
+        raise LinkLost(f"cannot open {url}: {exc}") from exc
+
+
+class Mk1Session:
+    """A board session on an open port. Create with `Mk1Session.connect(url)` or around a port you opened."""
+
+    def __init__(
+        self,
+        port: Any,
+        *,
+        timing: Timing = Timing(),
+        counters: LinkCounters | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.timing = timing
+        self.link = Link(port, counters=counters, clock=clock, wall_clock=wall_clock,
+                         resend_after=timing.resend_after, max_resends=timing.max_resends)
+        self._sleep = sleep
+        self.boot: BootInfo | None = None
+        self.checker: RowChecker | None = None
+
+    @classmethod
+    def connect(cls, url: str, *, timing: Timing = Timing(), counters: LinkCounters | None = None,
+                port_factory: Callable[..., Any] = serial.serial_for_url, **kwargs: Any) -> "Mk1Session":
+        """Open, reset (DTR, else RST) and handshake. The returned session has `boot` set."""
+        port = open_port(url, port_factory=port_factory)
+        session = cls(port, timing=timing, counters=counters, **kwargs)
+        try:
+            session.start()
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    # ------------------------------------------------------------------ boot
+    def start(self) -> BootInfo:
+        """Reset the board by DTR where the port has modem lines, then await the announcement; RST as fallback."""
+        dtr_worked = self._pulse_dtr()
+        try:
+            self.link.port.reset_input_buffer()
+        except (serial.SerialException, OSError) as exc:
+            raise LinkLost(f"cannot flush the port: {exc}") from exc
+        try:
+            return self.await_boot(self.timing.boot_timeout)
+        except ReplyTimeout:
+            log.info("no announcement after %s; resetting with RST", "DTR" if dtr_worked else "opening the port")
+            self.link.broken = None
+            self.link.restart_numbering()
+            return self.reset()
+
+    def _pulse_dtr(self) -> bool:
+        port = self.link.port
+        try:
+            port.dtr = False
+            self._sleep(self.timing.dtr_pulse)
+            port.dtr = True
+        except (OSError, serial.SerialException, ValueError, AttributeError) as exc:
+            log.debug("DTR reset unavailable on this port (%s); relying on auto-reset or RST", exc)
+            return False
+        return True
+
+    def await_boot(self, timeout: float) -> BootInfo:
+        """Wait for CHAMBER_CONFIG then VARIABLES_LIST; a fresh boot restarts the row counter at 0."""
+        clock = self.link._clock
+        deadline = clock() + timeout
+        config: str | None = None
+        while True:
+            data, _ = self.link.next_message(max(deadline - clock(), 0.0))
+            text = data.decode("ascii", errors="replace")
+            if text.startswith(CHAMBER_CONFIG + ","):
+                config = parse_config(text)
+            elif text.startswith(VARIABLES_LIST + ",") and config is not None:
+                names = parse_variables(text)
+                self.boot = BootInfo(config, names)
+                self.checker = RowChecker(len(names), first_counter=0)
+                self.link.reboot_seen = False
+                return self.boot
+            else:
+                log.debug("ignoring %r while awaiting the boot announcement", text[:80])
+
+    # ------------------------------------------------------------------ commands
+    def set(self, target: str, value: float) -> float:
+        """SET one variable (already validated by the caller); returns the value the board echoed."""
+        text = format_set(target, value)
+        self.link.send(text.encode("ascii"), text)
+        reply = self._text_reply()
+        return parse_set_reply(reply, target).value
+
+    def measure(self, n: int, delay: int = 0) -> RowBlock:
+        """MSR n rows; every row is checked before any is returned, and a failure discards them all."""
+        if self.checker is None:
+            raise ProtocolError("a boot announcement before MSR", "none")
+        text = format_msr(n, delay)
+        self.link.send(text.encode("ascii"), text)
+        parse_msr_reply(self._text_reply(), n)
+        link = self.link
+        inbox = link.inbox
+        payloads: list[bytes] = []
+        stamps: list[float] = []
+        stall = self.timing.stall_timeout
+        clock = link._clock
+        last_progress = clock()
+        while len(payloads) < n:
+            if not inbox:
+                waited = clock() - last_progress
+                if waited >= stall:  # bytes may still arrive (e.g. a rebooted board's announcements), rows do not
+                    if link.reboot_seen:
+                        link.broken = BoardRebooted(f"the board rebooted mid-MSR after {len(payloads)} of {n} rows")
+                    else:
+                        link.broken = ReplyTimeout(f"MSR stalled after {len(payloads)} of {n} rows (no row for {stall:g} s)")
+                    raise link.broken
+                link.pump(stall - waited)
+                continue
+            last_progress = clock()
+            take = min(len(inbox), n - len(payloads))
+            for _ in range(take):
+                data, stamp = inbox.popleft()
+                payloads.append(data)
+                stamps.append(stamp)
+        done = self._text_reply()
+        if done != OK_DONE:
+            raise ProtocolError(f"'{OK_DONE}' after {n} rows", done)
+        try:
+            return self.checker.decode(payloads, np.asarray(stamps))
+        except FrameRejected:
+            self._resync(payloads)
+            raise
+
+    def reset(self) -> BootInfo:
+        """RST: the board answers OK,RST, reboots and announces itself again (numbering restarts)."""
+        self.link.send(RST.encode("ascii"), RST)
+        reply = self._text_reply()
+        if reply != OK_RST:
+            raise ProtocolError(f"'{OK_RST}'", reply)
+        self.link.restart_numbering()
+        return self.await_boot(self.timing.boot_timeout)
+
+    def _text_reply(self) -> str:
+        data, _ = self.link.next_message(self.timing.reply_timeout)
+        return data.decode("ascii", errors="replace")
+
+    def _resync(self, payloads: list[bytes]) -> None:
+        """After a rejected frame, continue from the board's own counter so the next MSR can be checked."""
+        assert self.checker is not None
+        last = payloads[-1] if payloads else b""
+        if len(last) == self.checker.row_bytes:
+            counter = int(np.frombuffer(last[:4], dtype="<f4")[0])
+            self.checker = RowChecker(self.checker.width, first_counter=(counter + 1) % 100_000)
+        else:
+            self.checker = RowChecker(self.checker.width, first_counter=None)
+
+    @property
+    def counters(self) -> LinkCounters:
+        return self.link.counters
+
+    def close(self) -> None:
+        self.link.close()

@@ -1,0 +1,412 @@
+"""The emulated Mk1 board on a real port: a pty (serving the master side) or a TCP socket (socket:// URLs).
+
+Why a real port: the host's serial driver must be tested on the bytes a real board would send, through the same
+pyserial code paths, not through mocks. Like the Mega, which resets when its USB port is opened, the board reboots
+and announces itself whenever a host opens the pty (POLLHUP on the master clears) or connects to the socket.
+`running_board(...)` starts one in a background thread for tests; `bench_cli.py sim serve` runs one in front.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import math
+import os
+import select
+import socket
+import struct
+import tempfile
+import threading
+import time
+import tty
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from firmware_bridge.segments import LinkCounters
+from simulator.board_protocol import BoardFaults, BoardProtocol
+from simulator.firmware import EmulatedFirmware
+from simulator.model import PhysicsModel
+from simulator.placeholder import make_model
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.005  # how often a pty board looks for a host while none has the port open
+
+
+class _OpenWatch:
+    """inotify on the pty slave: sees a host close and reopen the port, even faster than POLLHUP can show.
+
+    Why: the master's POLLHUP only shows while nobody holds the slave; a host that closes and reopens within
+    microseconds (a reconnect) leaves no trace there. The open/close events are queued, so none is missed.
+    """
+
+    IN_OPEN, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE = 0x20, 0x08, 0x10
+
+    def __init__(self, path: str):
+        self.fd = -1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                return
+            mask = self.IN_OPEN | self.IN_CLOSE_WRITE | self.IN_CLOSE_NOWRITE
+            if libc.inotify_add_watch(fd, path.encode(), mask) < 0:
+                os.close(fd)
+                return
+            self.fd = fd
+        except (OSError, AttributeError):  # no inotify here: POLLHUP alone (slow reconnects may be missed)
+            self.fd = -1
+        self._closed = False
+
+    def reopened(self) -> bool:
+        """Drain events; True when the port was opened again after a close (a new host session)."""
+        if self.fd < 0:
+            return False
+        reopened = False
+        while True:
+            try:
+                data = os.read(self.fd, 4096)
+            except BlockingIOError:
+                return reopened
+            offset = 0
+            while offset + 16 <= len(data):
+                _, mask, _, length = struct.unpack_from("iIII", data, offset)
+                offset += 16 + length
+                if mask & (self.IN_CLOSE_WRITE | self.IN_CLOSE_NOWRITE):
+                    self._closed = True
+                elif mask & self.IN_OPEN and self._closed:
+                    reopened = True
+                    self._closed = False
+
+    def start_session(self) -> None:
+        self.reopened()
+        self._closed = False
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class PtyTransport:
+    """Serves the master side of a pseudo-terminal; the host opens the slave path (or a stable symlink to it)."""
+
+    kind = "pty"
+
+    def __init__(self, link_path: Path | None = None):
+        self.link_path = link_path  # like /dev/serial/by-id: survives the board vanishing and coming back
+        self.fd = -1
+        self.device = ""
+        self._open_pty()
+
+    def _open_pty(self) -> None:
+        master, slave = os.openpty()
+        tty.setraw(slave)  # raw before any host opens it: no echo, no line editing of NUL/EOT
+        self.device = os.ttyname(slave)
+        os.close(slave)  # while nobody holds the slave, the master reports POLLHUP
+        os.set_blocking(master, False)
+        self.fd = master
+        if getattr(self, "watch", None) is not None:
+            self.watch.close()
+        self.watch = _OpenWatch(self.device)
+        if self.link_path is not None:
+            tmp = self.link_path.with_name(self.link_path.name + ".new")
+            if tmp.is_symlink() or tmp.exists():
+                tmp.unlink()
+            os.symlink(self.device, tmp)
+            os.replace(tmp, self.link_path)
+
+    @property
+    def url(self) -> str:
+        return str(self.link_path) if self.link_path is not None else self.device
+
+    def wait_for_host(self, timeout: float) -> bool:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        for _, events in poller.poll(0):
+            if events & select.POLLHUP:
+                time.sleep(min(timeout, IDLE_POLL_S))
+                return False
+        self.watch.start_session()
+        return True
+
+    @property
+    def event_fd(self) -> int:
+        return self.watch.fd
+
+    def session_replaced(self) -> bool:
+        return self.watch.reopened()
+
+    def read(self) -> bytes | None:
+        try:
+            return os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return b""
+        except OSError as exc:
+            if exc.errno == errno.EIO:  # the host closed the slave
+                return None
+            raise
+
+    def write(self, data: bytes | bytearray) -> int | None:
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            if exc.errno == errno.EIO:
+                return None
+            raise
+
+    def hang_up(self) -> None:
+        """Vanish: the device disappears (the host's next read fails) and comes back as a new pty."""
+        os.close(self.fd)
+        self._open_pty()
+
+    def end_session(self) -> None:
+        pass  # the host closed the slave; the master stays for the next host
+
+    def close(self) -> None:
+        self.watch.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.link_path is not None and self.link_path.is_symlink():
+            self.link_path.unlink()
+
+
+class TcpTransport:
+    """Listens on host:port; one host at a time (a second connection is closed at once)."""
+
+    kind = "tcp"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((host, port))
+        self._listener.listen(4)
+        self._conn: socket.socket | None = None
+        self.fd = -1
+        self.host, self.port = self._listener.getsockname()[:2]
+
+    @property
+    def url(self) -> str:
+        return f"socket://{self.host}:{self.port}"
+
+    @property
+    def listener_fd(self) -> int:
+        return self._listener.fileno()
+
+    def wait_for_host(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self._listener], [], [], timeout)
+        if not ready:
+            return False
+        conn, _ = self._listener.accept()
+        conn.setblocking(False)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._conn = conn
+        self.fd = conn.fileno()
+        return True
+
+    def refuse_extra(self) -> None:
+        conn, _ = self._listener.accept()
+        conn.close()
+
+    def read(self) -> bytes | None:
+        assert self._conn is not None
+        try:
+            data = self._conn.recv(1 << 16)
+        except BlockingIOError:
+            return b""
+        except OSError:
+            return None
+        return data if data else None
+
+    def write(self, data: bytes | bytearray) -> int | None:
+        assert self._conn is not None
+        try:
+            return self._conn.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            return None
+
+    def hang_up(self) -> None:
+        self.end_session()
+
+    def end_session(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self.fd = -1
+
+    def close(self) -> None:
+        self.end_session()
+        self._listener.close()
+
+
+class Mk1Board:
+    """An emulated board: firmware logic + device-side protocol + a transport, served by `serve(stop)`."""
+
+    def __init__(
+        self,
+        firmware: EmulatedFirmware,
+        transport: PtyTransport | TcpTransport,
+        *,
+        faults: BoardFaults | None = None,
+        paced: bool = False,
+        window: int = 16,
+        boot_delay: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.firmware = firmware
+        self.transport = transport
+        self._faults = faults or BoardFaults()
+        self.paced = paced
+        self.window = window
+        self.boot_delay = boot_delay
+        self.counters = LinkCounters()
+        self.connections = 0
+        self._clock = clock
+        self._protocol: BoardProtocol | None = None
+
+    @property
+    def url(self) -> str:
+        return self.transport.url
+
+    @property
+    def faults(self) -> BoardFaults:
+        return self._faults
+
+    @faults.setter
+    def faults(self, value: BoardFaults) -> None:
+        self._faults = value
+        if self._protocol is not None:
+            self._protocol.faults = value
+
+    def serve(self, stop: threading.Event) -> None:
+        """Serve hosts one after another until `stop` is set."""
+        while not stop.is_set():
+            if not self.transport.wait_for_host(0.05):
+                continue
+            self.connections += 1
+            protocol = BoardProtocol(self.firmware, faults=self._faults, paced=self.paced, window=self.window,
+                                     boot_delay=self.boot_delay, counters=self.counters)
+            self._protocol = protocol
+            protocol.connect(self._clock())
+            try:
+                self._serve_connection(protocol, stop)
+            finally:
+                self._protocol = None
+        log.debug("board stopped")
+
+    def _serve_connection(self, protocol: BoardProtocol, stop: threading.Event) -> None:
+        transport = self.transport
+        fd = transport.fd
+        poller = select.poll()
+        extra_fd = getattr(transport, "listener_fd", None)
+        if extra_fd is not None:
+            poller.register(extra_fd, select.POLLIN)
+        event_fd = getattr(transport, "event_fd", -1)
+        if event_fd >= 0:
+            poller.register(event_fd, select.POLLIN)
+        while not stop.is_set():
+            now = self._clock()
+            protocol.tick(now)
+            if protocol.vanish_requested:
+                log.debug("board vanishing (fault switch)")
+                transport.hang_up()
+                return
+            if protocol.out:
+                written = transport.write(protocol.out)
+                if written is None:
+                    transport.end_session()
+                    return
+                del protocol.out[:written]
+            wait = min(max(protocol.next_deadline(now) - now, 0.0), 0.05)
+            poller.register(fd, select.POLLIN | (select.POLLOUT if protocol.out else 0))
+            for ready_fd, events in poller.poll(math.ceil(wait * 1000)):
+                if ready_fd == extra_fd:
+                    transport.refuse_extra()
+                    continue
+                if ready_fd == event_fd:
+                    if transport.session_replaced():  # closed and reopened: a new host, the board resets
+                        return
+                    continue
+                if events & select.POLLIN:
+                    data = transport.read()
+                    if data is None:
+                        transport.end_session()
+                        return
+                    if data:
+                        protocol.feed(data, self._clock())
+                elif events & (select.POLLHUP | select.POLLERR):
+                    transport.end_session()
+                    return
+
+
+@dataclass
+class BoardHandle:
+    """What `running_board` yields: the URL to open, and the board (faults, counters) for assertions."""
+
+    board: Mk1Board
+    thread: threading.Thread
+    stop_event: threading.Event
+
+    @property
+    def url(self) -> str:
+        return self.board.url
+
+    @property
+    def firmware(self) -> EmulatedFirmware:
+        return self.board.firmware
+
+    @property
+    def faults(self) -> BoardFaults:
+        return self.board.faults
+
+    @faults.setter
+    def faults(self, value: BoardFaults) -> None:
+        self.board.faults = value
+
+
+def make_board(chamber: str = "wt", *, transport: str = "pty", seed: int = 0, config: str = "standard",
+               model: PhysicsModel | None = None, params: dict[str, Any] | None = None,
+               faults: BoardFaults | None = None, paced: bool = False, window: int = 16,
+               boot_delay: float = 0.02, host: str = "127.0.0.1", port: int = 0,
+               link_path: Path | None = None) -> Mk1Board:
+    """Build a board (model from simulator.physics when available, else the placeholder) on a new transport."""
+    if model is None:
+        model = make_model(chamber, config=config, seed=seed, params=params)
+    if transport == "pty":
+        chosen: PtyTransport | TcpTransport = PtyTransport(link_path)
+    elif transport == "tcp":
+        chosen = TcpTransport(host, port)
+    else:
+        raise ValueError(f"transport must be 'pty' or 'tcp', got {transport!r}")
+    return Mk1Board(EmulatedFirmware(model), chosen, faults=faults, paced=paced, window=window,
+                    boot_delay=boot_delay)
+
+
+@contextmanager
+def running_board(chamber: str = "wt", transport: str = "pty", seed: int = 0, *, faults: BoardFaults | None = None,
+                  model: PhysicsModel | None = None, config: str = "standard", paced: bool = False,
+                  window: int = 16, stable_path: bool = False, params: dict[str, Any] | None = None
+                  ) -> Iterator[BoardHandle]:
+    """A board serving in a background thread. `stable_path=True` (pty only) gives a symlink URL that survives
+    the vanish fault, like /dev/serial/by-id does for a USB device."""
+    with tempfile.TemporaryDirectory(prefix="mk1-board-") as tmp:
+        link_path = Path(tmp) / f"mk1-{chamber}" if stable_path and transport == "pty" else None
+        board = make_board(chamber, transport=transport, seed=seed, config=config, model=model, params=params,
+                           faults=faults, paced=paced, window=window, link_path=link_path)
+        stop = threading.Event()
+        thread = threading.Thread(target=board.serve, args=(stop,), name=f"mk1-board-{chamber}", daemon=True)
+        thread.start()
+        try:
+            yield BoardHandle(board, thread, stop)
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+            board.transport.close()

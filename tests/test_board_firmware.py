@@ -1,0 +1,107 @@
+"""The emulated firmware's rules (no wire): allowed values, error codes, quirks, counter, flag, interventions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chamber.testing import CountingModel
+from firmware_bridge.variables import COUNTER_WRAP, UNSET, layout_for
+from simulator.firmware import EmulatedFirmware, FirmwareFault
+from simulator.placeholder import make_placeholder_model
+
+
+def booted(chamber: str = "wt") -> EmulatedFirmware:
+    fw = EmulatedFirmware(CountingModel(layout_for(chamber)))
+    fw.boot()
+    return fw
+
+
+def test_boot_announces_config_and_the_real_variable_list():
+    fw = EmulatedFirmware(CountingModel())
+    config, variables = fw.boot()
+    assert config == "CHAMBER_CONFIG,standard"
+    assert variables == "VARIABLES_LIST," + ",".join(layout_for("wt").names)
+
+
+@pytest.mark.parametrize(
+    "message, code, detail",
+    [
+        ("SET,osr_upwind,3", "er03", "osr_upwind=3.00"),
+        ("SET,v_in,3.3", "er03", "v_in=3.30"),
+        ("SET,load_in,1.5", "er03", "load_in=1.50"),
+        ("SET,nonsense,1", "er04", "nonsense"),
+        ("SET,counter,5", "er04", "counter"),
+        ("SET,load_in,-9999", "er42", "load_in"),
+        ("SET,load_in", "er01", "SET,load_in"),
+        ("SET,load_in,abc", "er01", "SET,load_in,abc"),
+        ("MSR,ten,0", "er01", "MSR,ten,0"),
+        ("WAIT,100", "er01", "WAIT,100"),
+    ],
+)
+def test_bad_commands_raise_the_firmware_error_and_halt(message, code, detail):
+    fw = booted()
+    with pytest.raises(FirmwareFault) as info:
+        fw.handle(message)
+    assert (info.value.code, info.value.detail) == (code, detail)
+    assert info.value.report == f"<ERR,{code},{detail}>".encode()
+    assert fw.handle("MSR,1,0") is None  # halted: nothing is answered until the next boot
+    fw.boot()
+    assert fw.handle("MSR,1,0") is not None
+
+
+def test_hatch_is_unchecked_and_red_out_of_range_is_silently_ignored():
+    wt = booted("wt")
+    assert wt.handle("SET,hatch,90").replies == ("OK,SET,hatch=90.00",)
+    assert wt.model.state()["hatch"] == 90.0
+    lt = booted("lt")
+    assert lt.handle("SET,red,300").replies == ("OK,SET,red=300.00",)
+    assert lt.model.state()["red"] == 0.0  # acknowledged, not applied
+    with pytest.raises(FirmwareFault, match="er03"):
+        lt.handle("SET,green,300")
+
+
+def test_intervention_marks_the_first_row_after_a_set_and_flag_is_copied():
+    fw = booted()
+    fw.handle("SET,flag,7")
+    rows = fw.rows(3)
+    assert rows[:, 2].tolist() == [1, 0, 0]
+    assert rows[:, 1].tolist() == [7, 7, 7]
+    assert fw.rows(2)[:, 2].tolist() == [0, 0]
+
+
+def test_sensor_override_and_restore_with_minus_9999():
+    fw = booted()
+    col = fw.layout.index("pressure_downwind")
+    fw.handle("SET,pressure_downwind,95000")
+    assert np.all(fw.rows(4)[:, col] == 95000)
+    fw.handle(f"SET,pressure_downwind,{UNSET:g}")
+    restored = fw.rows(2)[:, col]
+    assert np.all(restored != 95000)
+    assert restored.tolist() == (1000.0 * col + np.arange(4, 6)).tolist()  # rows 4 and 5: the model's own reading again
+
+
+def test_counter_continues_across_msrs_wraps_and_restarts_on_boot():
+    fw = booted()
+    assert fw.rows(3)[:, 0].tolist() == [0, 1, 2]
+    assert fw.rows(2)[:, 0].tolist() == [3, 4]
+    fw.counter = COUNTER_WRAP - 1
+    assert fw.rows(2)[:, 0].tolist() == [COUNTER_WRAP - 1, 0]
+    fw.boot()
+    assert fw.rows(1)[0, 0] == 0
+
+
+def test_msr_and_rst_responses():
+    fw = booted()
+    response = fw.handle("MSR,5,20")
+    assert (response.replies, response.measure, response.after) == (("OK,MSR,n=5,wait=20",), 5, ("OK,DONE",))
+    assert fw.handle("RST").reboot
+
+
+def test_placeholder_model_is_seeded_and_reset_replays():
+    a = make_placeholder_model("wt", seed=4)
+    b = make_placeholder_model("wt", seed=4)
+    first = a.sample(20)
+    assert np.array_equal(first, b.sample(20))
+    a.reset()
+    assert np.array_equal(first, a.sample(20))

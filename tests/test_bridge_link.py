@@ -1,0 +1,233 @@
+"""The host side of Mk1 against the emulated board over a real pty and a real socket:// connection.
+
+Every fault is produced by the board's switches on the wire; the host must recover, count what happened, and
+deliver every row exactly once (the CountingModel makes a lost, repeated or damaged row visible).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import serial
+
+from chamber.testing import FAST_TIMING, CountingModel, recording_factory
+from firmware_bridge.errors import FirmwareError, FrameRejected, LinkLost, PacketTooLong
+from firmware_bridge.packets import PacketSplitter, decode_body, encode_packet
+from firmware_bridge.segments import FIRST_SEQ, decode_segment, encode_segment
+from firmware_bridge.session import Mk1Session
+from firmware_bridge.variables import layout_for
+from simulator.board import running_board
+from simulator.board_protocol import BoardFaults
+
+TRANSPORTS = ["pty", "tcp"]
+
+
+def sent_messages(written: bytes) -> list[bytes]:
+    """The data messages in the bytes the host actually wrote (ACKs left out)."""
+    out = []
+    for body in PacketSplitter().feed(bytes(written)).bodies:
+        segment = decode_segment(decode_body(body))
+        if segment is not None and not segment.is_ack:
+            out.append(segment.data)
+    return out
+
+
+def check_rows_exactly_once(values: np.ndarray, start: int) -> None:
+    n = values.shape[0]
+    assert values[:, 0].tolist() == list(range(start, start + n))
+    column = layout_for("wt").index("pressure_upwind")
+    assert values[:, column].tolist() == (1000.0 * column + np.arange(start, start + n)).tolist()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_handshake_set_and_msr(transport):
+    with running_board("wt", transport, model=CountingModel()) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        try:
+            assert session.boot.config == "standard"
+            assert session.boot.names == layout_for("wt").names
+            assert session.set("load_in", 0.25) == 0.25
+            block = session.measure(300)
+            check_rows_exactly_once(block.values, 0)
+            assert block.values[:, layout_for("wt").index("load_in")].tolist() == [0.25] * 300
+            assert block.values[:, 2].tolist() == [1.0] + [0.0] * 299
+            check_rows_exactly_once(session.measure(5).values, 300)  # counter continues across MSRs
+            assert np.all(np.diff(block.host_timestamps) >= 0)
+        finally:
+            session.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_each_open_reboots_the_board_and_numbering_restarts(transport):
+    with running_board("wt", transport, model=CountingModel()) as board:
+        for _ in range(2):
+            session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+            check_rows_exactly_once(session.measure(3).values, 0)
+            session.close()
+        assert board.firmware.boots == 2
+
+
+@pytest.mark.parametrize(
+    "faults, counter, window",
+    [
+        (BoardFaults(corrupt_data_every=5), "crc_failures", 16),
+        (BoardFaults(duplicate_data_every=4), "duplicates", 16),
+        (BoardFaults(drop_data_every=7), "unexpected", 16),  # segments after the lost one arrive out of order
+        # a stop-and-wait board (window 1, like the Mega) resends what the host already has: a duplicate
+        (BoardFaults(ignore_acks_every=9), "duplicates", 1),
+        (BoardFaults(drop_acks_every=2), "resends", 16),  # the host's command was not acknowledged
+        (BoardFaults(ack_delay_s=0.15), "ack_timeouts", 16),
+    ],
+)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_link_faults_are_recovered_and_counted(transport, faults, counter, window):
+    with running_board("wt", transport, model=CountingModel(), faults=faults, window=window) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        try:
+            session.set("load_out", 0.5)
+            check_rows_exactly_once(session.measure(40 if window == 1 else 120).values, 0)
+            stats = session.counters.as_dict()
+            assert stats[counter] > 0, stats
+        finally:
+            session.close()
+
+
+def test_lost_acks_make_the_host_resend_and_the_board_re_ack():
+    with running_board("wt", "pty", model=CountingModel(), faults=BoardFaults(drop_acks_every=2)) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        session.set("hatch", 10)
+        session.set("hatch", 20)
+        assert session.counters.resends >= 1
+        assert board.board.counters.duplicates >= 1  # the board saw the resend and acknowledged it again
+        assert board.firmware.model.state()["hatch"] == 20  # applied once per SET, not per copy
+        session.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_firmware_error_reports_become_typed_errors(transport):
+    with running_board("wt", transport, model=CountingModel()) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        with pytest.raises(FirmwareError) as info:
+            session.set("osr_upwind", 3)  # the driver would refuse this; the bridge sends what it is told
+        assert (info.value.code, info.value.detail) == ("er03", "osr_upwind=3.00")
+        assert "out of range" in info.value.meaning
+        with pytest.raises(FirmwareError):
+            session.measure(1)  # halted: refused on the host, until reset
+        session.close()
+
+
+def test_injected_firmware_error_mid_command():
+    faults = BoardFaults(error_on="MSR", error_code="er09")
+    with running_board("lt", "pty", faults=faults) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        with pytest.raises(FirmwareError, match="er09: Si1151 I2C read failed"):
+            session.measure(3)
+        session.close()
+
+
+@pytest.mark.parametrize("message, code", [("SET,nonsense,1", "er04"), ("SET,load_in,-9999", "er42"), ("DANCE", "er01")])
+def test_board_error_codes_over_the_wire(message, code):
+    with running_board("wt", "pty", model=CountingModel()) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        with pytest.raises(FirmwareError) as info:
+            session.link.send(message.encode())
+            session.link.next_message(1.0)
+        assert info.value.code == code
+        session.close()
+
+
+def test_oversized_packet_is_refused_before_sending():
+    ports = []
+    with running_board("wt", "pty", model=CountingModel()) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING, port_factory=recording_factory(ports))
+        before = bytes(ports[0].written)
+        with pytest.raises(PacketTooLong, match="64-byte"):
+            session.set("pressure_downwind", -123456.78901234)
+        assert bytes(ports[0].written) == before
+        assert session.set("pressure_downwind", 95000) == 95000  # the session is still usable
+        session.close()
+
+
+def test_board_reports_er00_for_a_packet_over_64_bytes():
+    with running_board("wt", "pty", model=CountingModel()) as board:
+        port = serial.serial_for_url(board.url, baudrate=500000, timeout=0.2)
+        try:
+            splitter, seen = PacketSplitter(), []
+            for _ in range(20):  # the board ignores input while it boots: wait for its announcement
+                seen += splitter.feed(port.read(512)).bodies
+                if seen:
+                    break
+            assert seen, "no announcement"
+            oversize = encode_packet(encode_segment(0, FIRST_SEQ, 0, b"SET,flag," + b"1" * 60), None)
+            port.write(oversize)
+            reports = []
+            for _ in range(20):
+                reports += splitter.feed(port.read(512)).error_reports
+                if reports:
+                    break
+            assert reports == [b"<ERR,er00>"]
+        finally:
+            port.close()
+
+
+@pytest.mark.parametrize("faults, message", [
+    (BoardFaults(counter_gap_after_rows=40), "expected counter 40, received counter 41"),
+    (BoardFaults(short_row_at=10), "expected 140 bytes (35 float32), received 136 bytes"),
+])
+def test_bad_rows_reject_the_whole_frame(faults, message):
+    with running_board("wt", "pty", model=CountingModel(), faults=faults) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        with pytest.raises(FrameRejected) as info:
+            session.measure(100)
+        assert message in str(info.value)
+        assert session.measure(3).values.shape == (3, 35)  # the next frame is checked from the board's counter
+        session.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_port_vanishing_mid_msr_is_link_lost(transport):
+    with running_board("wt", transport, model=CountingModel(), faults=BoardFaults(vanish_after_rows=50),
+                       stable_path=True) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        with pytest.raises(LinkLost):
+            session.measure(200)
+        with pytest.raises(LinkLost):
+            session.measure(1)
+        session.close()
+
+
+def test_board_reset_mid_msr_is_link_lost():
+    with running_board("wt", "pty", model=CountingModel(), faults=BoardFaults(reset_after_rows=30)) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        with pytest.raises(LinkLost, match="rebooted"):
+            session.measure(100)
+        session.close()
+
+
+def test_rst_resets_the_board_and_numbering():
+    with running_board("wt", "tcp", model=CountingModel()) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        session.set("flag", 3)
+        session.measure(4)
+        boot = session.reset()
+        assert boot.config == "standard"
+        check_rows_exactly_once(session.measure(2).values, 0)
+        assert board.firmware.flag == 0.0
+        session.close()
+
+
+def test_without_an_announcement_the_host_falls_back_to_rst():
+    ports = []
+    with running_board("wt", "pty", model=CountingModel(), faults=BoardFaults(silent_boot=True)) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING, port_factory=recording_factory(ports))
+        assert session.boot.config == "standard"
+        assert sent_messages(ports[0].written) == [b"RST"]
+        session.close()
+
+
+def test_port_is_opened_exclusively():
+    with running_board("wt", "pty", model=CountingModel()) as board:
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        with pytest.raises(LinkLost, match="cannot open"):
+            Mk1Session.connect(board.url, timing=FAST_TIMING)
+        session.close()
