@@ -1,0 +1,317 @@
+"""The chamber tools API as a FastAPI app: sessions, the extraction freeze, the tools, the lease, the record.
+
+Why a factory with everything passed in: the chambers (a mapping kind -> connected Chamber), the operator limits,
+the record folder, the clocks and the token come from the caller (the CLI, a test, the main job), so the same app
+serves a real board, the in-process simulator or a test double, and nothing here opens a port or reads a path
+on its own.
+
+Request path of a tool call `POST /sessions/{id}/tools/{name}` (the order is the contract):
+  auth (401) -> body cap (413) -> record the request -> session exists (404) -> not ended, extraction frozen
+  (409) -> arguments parse against the tool's model (422) -> lease (409 + Retry-After) -> the tool (SETs only
+  after the whole request passed the SettingGuard) -> record the response -> reply.
+Arguments are validated after the freeze check on purpose: before the freeze every chamber tool answers 409,
+whatever was sent. The tool's schema is still documented in /openapi.json (and served at GET /tools).
+"""
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from chamber.errors import ChamberError, InvalidSetting
+from chamber.limits import OperatorLimits, as_limits
+from firmware_bridge.errors import BridgeError
+from protocols.claims import Claim, load_claims
+
+from .auth import BearerAuthMiddleware
+from .errors import ApiError, error_body
+from .guard import SettingGuard
+from .lease import ChamberLease, LeaseBusy
+from .record import RecordMiddleware
+from .schemas import (
+    CreateSession,
+    ErrorResponse,
+    ExtractionFrozen,
+    FreezeExtraction,
+    FrozenExtraction,
+    SessionCreated,
+    SessionStatus,
+    ToolSpecModel,
+    jsonable,
+)
+from .sessions import Session, SessionStore
+from .tools import TOOLS, TOOLS_BY_NAME, Tool, ToolEnvironment
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1.0"
+DEFAULT_LEASE_TIMEOUT_S = 60.0
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+APPARATUS_ERRORS: tuple[type[BaseException], ...] = (BridgeError, ChamberError, OSError, TimeoutError)
+"""Link lost, firmware halted, port gone: the apparatus failed, not the request (503, nothing partial returned)."""
+
+
+@dataclass
+class ApiState:
+    """What the app holds, reachable as `app.state.api` (tests and the CLI read it)."""
+
+    store: SessionStore
+    lease: ChamberLease
+    env: ToolEnvironment
+
+
+def _limits_by_kind(limits: Any, kinds: list[str]) -> dict[str, list[OperatorLimits]]:
+    """Operator limits per chamber kind from: None, one OperatorLimits (for its `chamber`, or all when None), a
+    dict/path in the limits-file format, or a mapping {"wt": limits, "lt": limits}."""
+    out: dict[str, list[OperatorLimits]] = {k: [] for k in kinds}
+    if limits is None:
+        return out
+    if isinstance(limits, Mapping) and limits and set(limits) <= {"wt", "lt"}:
+        for kind, value in limits.items():
+            parsed = as_limits(value)
+            if parsed is not None and kind in out:
+                out[kind].append(parsed)
+        return out
+    parsed = as_limits(limits)  # type: ignore[arg-type]
+    for kind in kinds:
+        if parsed is not None and parsed.chamber in (None, kind):
+            out[kind].append(parsed)
+    return out
+
+
+def _validation_message(errors: list[dict[str, Any]], what: str) -> str:
+    parts = []
+    for err in errors[:8]:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "(body)"
+        msg = str(err.get("msg", "invalid"))
+        given = err.get("input")
+        shown = json.dumps(jsonable(given))[:80] if err.get("type") != "missing" else None
+        parts.append(f"{loc}: {msg}" + (f" (got {shown})" if shown is not None else ""))
+    more = f" (+{len(errors) - 8} more)" if len(errors) > 8 else ""
+    return f"invalid arguments for {what}: " + "; ".join(parts) + more
+
+
+def create_app(
+    chambers: Mapping[str, Any],
+    *,
+    limits: Any = None,
+    record_dir: str | Path,
+    clock: Callable[[], float] = time.monotonic,
+    lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S,
+    token: str | None = None,
+    claims: Mapping[str, Claim] | None = None,
+    wall_clock: Callable[[], float] = time.time,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    call_wait_s: float | None = None,
+    new_session_id: Callable[[], str] | None = None,
+) -> FastAPI:
+    """Build the API over connected chambers {"wt": Chamber, "lt": Chamber} (either may be absent).
+
+    `limits`: operator limits enforced on the server in addition to each chamber's own `limits` (see
+    `_limits_by_kind` for the accepted forms). `clock` (monotonic seconds) drives the lease timeout; `wall_clock`
+    stamps the records. `token`: when given, every request needs `Authorization: Bearer <token>`.
+    `call_wait_s`: how long a session's second concurrent call waits for its first (default: the lease timeout).
+    """
+    kinds = sorted(chambers)
+    per_kind = _limits_by_kind(limits, kinds)
+    guards = {kind: SettingGuard(ch.layout, [*per_kind[kind], getattr(ch, "limits", None)]) for kind, ch in chambers.items()}
+    env = ToolEnvironment(chambers=dict(chambers), guards=guards, lease_timeout_s=float(lease_timeout_s))
+    store_kwargs = {"new_id": new_session_id} if new_session_id is not None else {}
+    store = SessionStore(claims if claims is not None else load_claims(), Path(record_dir), connected=kinds,
+                         wall_clock=wall_clock, **store_kwargs)
+    lease = ChamberLease(lease_timeout_s, clock=clock, wait_s=call_wait_s)
+    state = ApiState(store, lease, env)
+
+    app = FastAPI(
+        title="chamberlab chamber tools API",
+        version=API_VERSION,
+        description="Tools an agent uses on the Causal Chambers after freezing its datasheet extraction. Errors are "
+                    "`{\"error\": {\"code\", \"message\"}}`; chamber tools answer 409 until the extraction is frozen.",
+        responses={422: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    )
+    app.state.api = state
+
+    # ------------------------------------------------------------------------------------------ errors
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        what = f"{request.method} {request.url.path}"
+        errors = [dict(e) for e in exc.errors()]
+        return JSONResponse(error_body("invalid_arguments", _validation_message(errors, what) +
+                                       ". See /openapi.json for the expected body.", jsonable(errors[:8])),
+                            status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            code, message = "not_found", f"no route {request.method} {request.url.path}; see /openapi.json"
+        elif exc.status_code == 405:
+            code, message = "method_not_allowed", f"{request.method} is not allowed on {request.url.path}; see /openapi.json"
+        else:
+            code, message = "invalid_arguments", str(exc.detail)
+        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # pragma: no cover - a bug
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body("internal_error", f"the server failed on this request ({type(exc).__name__}); "
+                                       "it is logged. Retrying will not help."), status_code=500)
+
+    # ------------------------------------------------------------------------------------------ service
+    @app.get("/health", summary="liveness and what is connected")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "api_version": API_VERSION, "chambers": kinds, "tools": [t.name for t in TOOLS]}
+
+    tool_specs = [t.spec() for t in TOOLS]
+
+    @app.get("/tools", response_model=list[ToolSpecModel], summary="the chamber tools: name, description, input_schema")
+    def list_tools() -> JSONResponse:
+        return JSONResponse(tool_specs)
+
+    # ------------------------------------------------------------------------------------------ sessions
+    @app.post("/sessions", response_model=SessionCreated, status_code=201, summary="start a session for one claim")
+    def create_session(body: CreateSession) -> JSONResponse:
+        session = store.create(body.claim_id)
+        created = SessionCreated(session_id=session.id, claim_id=session.claim.id, chamber=session.chamber,
+                                 connected_chambers=kinds, lease_timeout_s=lease.timeout_s).model_dump()
+        session.record.write("request", method="POST", path="/sessions", query=None, body=body.model_dump())
+        session.record.write("response", method="POST", path="/sessions", status=201, body=created)
+        return JSONResponse(created, status_code=201)
+
+    def _status(session: Session) -> dict[str, Any]:
+        return SessionStatus(session_id=session.id, claim_id=session.claim.id, chamber=session.chamber,
+                             frozen=session.frozen, extraction_sha256=session.extraction_sha256, ended=session.ended,
+                             end_reason=session.end_reason, holds_lease=lease.holds(session.id),
+                             outcome=session.outcome).model_dump()
+
+    @app.get("/sessions/{session_id}", response_model=SessionStatus, summary="a session's state")
+    def get_session(session_id: str) -> JSONResponse:
+        return JSONResponse(jsonable(_status(store.get(session_id))))
+
+    @app.delete("/sessions/{session_id}", response_model=SessionStatus, summary="end a session and free the lease")
+    def delete_session(session_id: str) -> JSONResponse:
+        session = store.get(session_id)
+        store.end(session, "deleted")
+        lease.release(session.id)
+        return JSONResponse(jsonable(_status(session)))
+
+    @app.post("/sessions/{session_id}/extraction", response_model=ExtractionFrozen,
+              summary="freeze the extraction (once); opens the chamber tools")
+    def freeze_extraction(session_id: str, body: FreezeExtraction) -> JSONResponse:
+        session = store.get(session_id)
+        digest = store.freeze(session, body.payload)
+        return JSONResponse(ExtractionFrozen(session_id=session.id, sha256=digest,
+                                             frozen_at=session.frozen_at or 0.0).model_dump())
+
+    @app.get("/sessions/{session_id}/extraction", response_model=FrozenExtraction, summary="the frozen extraction")
+    def get_extraction(session_id: str) -> JSONResponse:
+        session = store.get(session_id)
+        payload = session.extraction()
+        return JSONResponse({"session_id": session.id, "sha256": session.extraction_sha256, "payload": payload})
+
+    # ------------------------------------------------------------------------------------------ tools
+    def run_tool(session_id: str, tool: Tool, raw: bytes) -> JSONResponse:
+        session = store.get(session_id)
+        store.require_chamber_phase(session, tool.name)
+        args = _parse_arguments(tool, raw)
+        if not tool.uses_chamber:  # submit_chamber_outcome: store, end, free the lease
+            result = tool.run(env, session, args)
+            if not store.end(session, "submitted", result["outcome"]):
+                raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
+            lease.release(session.id)
+            return JSONResponse({**result, "stored": True, "ended": True})
+        try:
+            grant = lease.begin(session.id)
+        except LeaseBusy as exc:
+            raise ApiError("chamber_busy", f"{tool.name}: {exc}",
+                           headers={"Retry-After": str(exc.retry_after_s)}) from None
+        try:
+            if grant.how == "taken_over":
+                session.record.write("lease", how="taken_over", previous_holder=grant.previous_holder)
+            if session.ended:  # ended (DELETE) while this call waited for the session's previous one
+                raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
+            result = tool.run(env, session, args)
+        except ApiError:
+            raise
+        except InvalidSetting as exc:
+            raise ApiError("setting_refused", f"{tool.name}: {exc}") from None
+        except APPARATUS_ERRORS as exc:
+            log.warning("%s: apparatus error: %s", tool.name, exc)
+            raise ApiError("apparatus_error", f"{tool.name} failed on the apparatus ({type(exc).__name__}: {exc}); "
+                                              "nothing partial was returned. Retry later; if it persists the "
+                                              "operator must reset the chamber.") from None
+        except Exception as exc:
+            log.exception("%s failed", tool.name)
+            raise ApiError("internal_error", f"{tool.name} failed inside the server ({type(exc).__name__}); "
+                                             "it is logged. Retrying will not help.") from None
+        finally:
+            lease.end(session.id)
+        return JSONResponse(result, headers={"X-Chamber-Lease": grant.how})
+
+    for tool in TOOLS:
+        _add_tool_route(app, tool, run_tool)
+
+    @app.post("/sessions/{session_id}/tools/{name}", include_in_schema=False)
+    async def unknown_tool(session_id: str, name: str) -> JSONResponse:
+        store.get(session_id)
+        raise ApiError("unknown_tool", f"no tool {name!r}; tools: {', '.join(TOOLS_BY_NAME)} (see GET /tools)")
+
+    app.add_middleware(RecordMiddleware, lookup=lambda sid: (s.record if (s := store.lookup(sid)) else None),
+                       max_body_bytes=max_body_bytes, clock=clock)
+    if token is not None:
+        app.add_middleware(BearerAuthMiddleware, token=token)
+    return app
+
+
+def _parse_arguments(tool: Tool, raw: bytes) -> Any:
+    """The tool's argument model from the body: empty body or null means {} (every argument at its default)."""
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError("invalid_arguments", f"{tool.name}: the body is not JSON ({exc}); send a JSON object "
+                                            "matching the tool's input_schema (GET /tools)") from None
+    if data is None:
+        data = {}
+    try:
+        return tool.arguments.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        raise ApiError("invalid_arguments", _validation_message(errors, tool.name) +
+                       ". Send a JSON object matching the tool's input_schema (GET /tools).",
+                       details=jsonable(errors[:8])) from None
+
+
+def _add_tool_route(app: FastAPI, tool: Tool, run_tool: Callable[[str, Tool, bytes], JSONResponse]) -> None:
+    required = bool(tool.arguments.model_json_schema().get("required"))
+
+    async def endpoint(session_id: str, request: Request) -> JSONResponse:
+        raw = await request.body()
+        return await run_in_threadpool(run_tool, session_id, tool, raw)
+
+    app.add_api_route(
+        f"/sessions/{{session_id}}/tools/{tool.name}",
+        endpoint,
+        methods=["POST"],
+        name=tool.name,
+        summary=tool.name,
+        description=tool.description,
+        response_model=dict[str, Any],
+        responses={409: {"model": ErrorResponse, "description": "extraction not frozen, session ended, or chamber busy"},
+                   422: {"model": ErrorResponse}, 404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
+        openapi_extra={"requestBody": {"required": required, "content": {
+            "application/json": {"schema": tool.spec()["input_schema"]}}}},
+    )

@@ -1,0 +1,95 @@
+"""The server-side check of every SET an API caller can cause: firmware allowed values AND operator limits.
+
+Why on the server, again: the driver validates too, but the API must not depend on how a chamber object was
+opened (with or without limits), and an agent must never be able to reach an actuator outside the lab's safe
+range. `SettingGuard.check` validates a whole request before anything is applied and lists every refused entry
+(what was sent, what is allowed), so one refused value means nothing at all is sent. `GuardedChamber` puts the same
+check in front of a protocol run, whose SETs come from trusted code but must still respect the limits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from firmware_bridge.variables import UNSET, Kind, Layout, Variable
+
+from .errors import ApiError
+
+
+class SettingGuard:
+    """The rules for one connected chamber: its layout plus every operator-limits object that applies."""
+
+    def __init__(self, layout: Layout, limits: Iterable[Any] = ()) -> None:
+        self.layout = layout
+        self.limits = [lim for lim in limits if lim is not None]
+
+    def settable(self) -> list[str]:
+        """The variables an API caller may set: the chamber's inputs (never sensor overrides or bookkeeping)."""
+        return [v.name for v in self.layout.variables if v.kind is Kind.ACTUATOR]
+
+    def operator_limit(self, name: str) -> str | None:
+        """The operator limits on one variable, as text ('0..0.5 (operator limits)'), or None."""
+        parts = []
+        for lim in self.limits:
+            rule = lim.for_variable(name)
+            if rule is not None:
+                parts.append(rule.describe())
+        return " and ".join(parts) if parts else None
+
+    def problem(self, name: str, value: Any, *, inputs_only: bool = True) -> dict[str, Any] | None:
+        """Why `name = value` is refused (variable, value, expected), or None when it may be sent."""
+        variable: Variable | None = self.layout.get(name)
+        if variable is None or variable.kind is Kind.BOOKKEEPING or (inputs_only and variable.kind is not Kind.ACTUATOR):
+            return {"variable": name, "value": value, "code": "unknown_variable",
+                    "expected": f"an input variable of {self.layout.chamber}/{self.layout.config}: "
+                                + ", ".join(self.settable())}
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return {"variable": name, "value": value, "code": "setting_refused", "expected": "a number"}
+        number = float(value)
+        if not math.isfinite(number):
+            return {"variable": name, "value": value, "code": "setting_refused", "expected": "a finite number"}
+        if variable.kind is Kind.SENSOR:
+            return None  # only reachable with inputs_only=False (a protocol's sensor override / restore)
+        if number == UNSET:
+            return {"variable": name, "value": value, "code": "setting_refused",
+                    "expected": f"a value for the input {name} (it cannot be unset with -9999)"}
+        if not variable.accepts(number):
+            return {"variable": name, "value": value, "code": "setting_refused",
+                    "expected": f"{variable.describe_allowed()} {variable.unit}".rstrip() + " (firmware)"}
+        for lim in self.limits:
+            rule = lim.for_variable(name)
+            if rule is not None and not rule.accepts(number):
+                return {"variable": name, "value": value, "code": "setting_refused",
+                        "expected": f"{rule.describe()} (operator limits)"}
+        return None
+
+    def check(self, settings: Mapping[str, Any], *, inputs_only: bool = True) -> dict[str, float]:
+        """Every setting as a float, or ApiError listing every refused one (nothing may be applied then)."""
+        problems = [p for name, value in settings.items() if (p := self.problem(name, value, inputs_only=inputs_only))]
+        if problems:
+            code = "unknown_variable" if any(p["code"] == "unknown_variable" for p in problems) else "setting_refused"
+            lines = "; ".join(f"{p['variable']}={p['value']!r}: expected {p['expected']}" for p in problems)
+            raise ApiError(code, f"nothing was set: {len(problems)} of {len(settings)} setting(s) refused on "
+                                 f"{self.layout.chamber}: {lines}. Correct them and send the whole request again.",
+                           details=[{k: v for k, v in p.items() if k != "code"} for p in problems])
+        return {name: float(value) for name, value in settings.items()}
+
+
+class GuardedChamber:
+    """A chamber whose set/set_many pass a SettingGuard first; everything else is the chamber's own."""
+
+    def __init__(self, chamber: Any, guard: SettingGuard) -> None:
+        self._chamber = chamber
+        self._guard = guard
+
+    def set(self, name: str, value: float) -> float:
+        checked = self._guard.check({name: value}, inputs_only=False)
+        return self._chamber.set(name, checked[name])
+
+    def set_many(self, settings: Mapping[str, float]) -> Any:
+        return self._chamber.set_many(self._guard.check(settings, inputs_only=False))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._chamber, name)

@@ -1,0 +1,163 @@
+"""The chamber lease: one session at a time owns the apparatus, one call at a time touches it.
+
+Design (issue #5: "two sessions never interleave SETs; a session's staging + measure should not interleave with
+another's"):
+- The lease belongs to a *session*, not to a call. A session's first chamber tool call takes it; it stays with
+  that session between calls, so nobody else can SET between its stage_conditions and its measure.
+- It cannot be held forever: it lapses when its holder has been idle (no call in flight) for `timeout_s`
+  (measured on the injected clock), when the holder submits its outcome, or on DELETE /sessions/{id}. A lapsed
+  lease is taken by the next session that asks; the old holder is then refused like anyone else.
+- Any other session asking while the lease is held gets `LeaseBusy` (HTTP 409 `chamber_busy`) with a
+  Retry-After: the seconds until the idle timeout could lapse it (the timeout itself while a call is running).
+- Within the holder, calls are serialised: a second concurrent call of the same session waits (up to
+  `wait_s`, in arrival order: `FifoLock`) for the first to finish instead of interleaving with it. A parallel
+  tool call from one model turn is thus served in order; it is refused only if the wait runs out.
+
+All chambers of one server share one lease (the apparatus): simple, and a protocol that needs both tunnels
+cannot deadlock against a session holding one of them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+
+class LeaseBusy(Exception):
+    """The lease is held by another session (or the holder's own earlier call did not finish in time)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    session_id: str
+    how: str  # "acquired" (free), "held" (already ours), "taken_over" (previous holder idled out)
+    previous_holder: str | None = None
+
+
+class FifoLock:
+    """A lock whose waiters are served in arrival order (threading.Lock is not fair: under a burst of parallel
+    calls one caller could wait far longer than the others). Ownership passes directly to the next waiter."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locked = False
+        self._waiters: deque[threading.Event] = deque()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._mutex:
+            if not self._locked:
+                self._locked = True
+                return True
+            turn = threading.Event()
+            self._waiters.append(turn)
+        if turn.wait(timeout):
+            return True
+        with self._mutex:
+            try:
+                self._waiters.remove(turn)
+            except ValueError:  # handed over just as the wait timed out: we own it
+                return True
+            return False
+
+    def release(self) -> None:
+        with self._mutex:
+            if self._waiters:
+                self._waiters.popleft().set()  # still locked: the next waiter owns it now
+            else:
+                self._locked = False
+
+    def __enter__(self) -> "FifoLock":
+        self.acquire(timeout=threading.TIMEOUT_MAX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class ChamberLease:
+    def __init__(self, timeout_s: float, *, clock: Callable[[], float] = time.monotonic, wait_s: float | None = None) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"lease timeout must be > 0 s, got {timeout_s!r}")
+        self.timeout_s = float(timeout_s)
+        self.wait_s = float(timeout_s if wait_s is None else wait_s)
+        self._clock = clock
+        self._state = threading.Lock()  # guards holder / busy / last_active; held only for a few statements
+        self._call = FifoLock()  # held for the duration of one chamber call; waiters served in arrival order
+        self._holder: str | None = None
+        self._busy = False
+        self._last_active = 0.0
+
+    @property
+    def holder(self) -> str | None:
+        with self._state:
+            return self._holder if not self._lapsed() else None
+
+    def _lapsed(self) -> bool:
+        return self._holder is not None and not self._busy and self._clock() - self._last_active >= self.timeout_s
+
+    def _refuse_if_other(self, session_id: str) -> None:
+        """LeaseBusy when another session holds an unlapsed lease (call with _state held)."""
+        if self._holder is None or self._holder == session_id or self._lapsed():
+            return
+        retry = self.timeout_s if self._busy else self.timeout_s - (self._clock() - self._last_active)
+        raise LeaseBusy(
+            f"the chamber is leased to another session (it lapses after {self.timeout_s:g} s without a call); "
+            f"retry after {max(1, math.ceil(retry))} s", max(1, math.ceil(retry)))
+
+    def begin(self, session_id: str) -> LeaseGrant:
+        """Take (or keep) the lease for one call; raises LeaseBusy. Pair every successful begin with end()."""
+        with self._state:
+            self._refuse_if_other(session_id)  # other sessions are refused at once, never queued
+        if not self._call.acquire(timeout=self.wait_s):  # only the holder's own calls wait here
+            with self._state:
+                self._refuse_if_other(session_id)
+            raise LeaseBusy(f"an earlier call of session {session_id} is still using the chamber after "
+                            f"{self.wait_s:g} s; retry when it has finished", max(1, math.ceil(self.wait_s)))
+        with self._state:
+            try:
+                self._refuse_if_other(session_id)  # another session may have taken it while we waited
+            except LeaseBusy:
+                self._call.release()
+                raise
+            previous = self._holder
+            how = "held" if previous == session_id else ("taken_over" if previous is not None else "acquired")
+            self._holder = session_id
+            self._busy = True
+            self._last_active = self._clock()
+            return LeaseGrant(session_id, how, previous if how == "taken_over" else None)
+
+    def end(self, session_id: str) -> None:
+        """The call finished: the session keeps the lease, idle from now."""
+        with self._state:
+            if self._holder != session_id or not self._busy:
+                return
+            self._busy = False
+            self._last_active = self._clock()
+        self._call.release()
+
+    def release(self, session_id: str) -> bool:
+        """Give the lease up (the session ended). Waits for a call of the session still in flight, if any."""
+        with self._state:
+            if self._holder != session_id:
+                return False
+            if not self._busy:
+                self._holder = None
+                return True
+        with self._call:  # the session's call in flight finishes first
+            with self._state:
+                if self._holder == session_id and not self._busy:
+                    self._holder = None
+                    return True
+                return False
+
+    def holds(self, session_id: str) -> bool:
+        with self._state:
+            return self._holder == session_id and not self._lapsed()

@@ -1,0 +1,158 @@
+"""Sessions of the chamber tools API: one claim, one frozen extraction, one outcome, one record.
+
+Why a session owns the freeze: the seed paper found that 80-100 % of agent runs reached for a chamber tool before
+they had submitted their extraction. Here the rule is a state of the session, checked on the server for every
+chamber tool: until `freeze` stored the extraction (canonical JSON and its SHA-256), `require_chamber_phase`
+refuses with `extraction_not_frozen`; a second freeze is refused; the stored bytes never change. A submitted
+outcome (or DELETE) ends the session, and every later tool call is refused with `session_ended`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from protocols.claims import Claim
+from protocols.registry import protocol_for
+
+from .errors import ApiError
+from .record import SessionRecord, canonical_json, sha256_hex
+
+_COMPONENT_CHAMBER = {"DPS310": "wt", "A4988": "wt", "ACS70331": "wt", "Si115x": "lt"}
+"""Where a component sits when its claim has no protocol naming a chamber (A4988: the wind tunnel's hatch)."""
+
+
+def preferred_chamber(claim: Claim, connected: list[str]) -> str | None:
+    """The chamber a session's tools use by default: the protocol's, else the component's, else any connected."""
+    wanted: str | None = None
+    try:
+        protocol = protocol_for(claim)
+    except KeyError:
+        protocol = None
+    if protocol is not None and protocol.chamber is not None:
+        wanted = protocol.chamber
+    wanted = wanted or _COMPONENT_CHAMBER.get(claim.component)
+    if wanted in connected:
+        return wanted
+    return connected[0] if connected else None
+
+
+@dataclass
+class Session:
+    id: str
+    claim: Claim
+    chamber: str | None
+    created_at: float
+    record: SessionRecord
+    extraction_sha256: str | None = None
+    frozen_at: float | None = None
+    outcome: dict[str, Any] | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    _extraction: bytes | None = field(default=None, repr=False)
+
+    @property
+    def frozen(self) -> bool:
+        return self.extraction_sha256 is not None
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+    def extraction(self) -> dict[str, Any]:
+        """A fresh copy of the frozen payload (callers cannot mutate the stored one)."""
+        if self._extraction is None:
+            raise ApiError("extraction_not_frozen", f"session {self.id} has no frozen extraction yet")
+        return json.loads(self._extraction)
+
+
+class SessionStore:
+    """All sessions of one server; thread-safe (sync handlers run in a thread pool)."""
+
+    def __init__(self, claims: Mapping[str, Claim], record_dir: Path, *, connected: list[str],
+                 wall_clock: Callable[[], float], new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        self._claims = claims
+        self._record_dir = Path(record_dir)
+        self._record_dir.mkdir(parents=True, exist_ok=True)
+        self._connected = list(connected)
+        self._clock = wall_clock
+        self._new_id = new_id
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+
+    @property
+    def record_dir(self) -> Path:
+        return self._record_dir
+
+    def create(self, claim_id: str) -> Session:
+        claim = self._claims.get(claim_id)
+        if claim is None:
+            known = ", ".join(sorted(self._claims))
+            raise ApiError("unknown_claim", f"no claim with id {claim_id!r}; known claim ids: {known}")
+        with self._lock:
+            session_id = self._new_id()
+            if session_id in self._sessions:
+                raise RuntimeError(f"session id factory repeated {session_id!r}")
+            session = Session(
+                id=session_id,
+                claim=claim,
+                chamber=preferred_chamber(claim, self._connected),
+                created_at=self._clock(),
+                record=SessionRecord(self._record_dir / f"{session_id}.jsonl", self._clock),
+            )
+            self._sessions[session_id] = session
+        return session
+
+    def lookup(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ApiError("unknown_session", f"no session {session_id!r}; create one with POST /sessions {{claim_id}}")
+        return session
+
+    def freeze(self, session: Session, payload: dict[str, Any]) -> str:
+        """Store the payload's canonical JSON and return its SHA-256; refuse a second freeze or an ended session."""
+        try:
+            data = canonical_json(payload)
+        except ValueError as exc:  # NaN or infinity somewhere in the payload
+            raise ApiError("invalid_arguments", f"the extraction payload must be plain JSON without NaN or "
+                                                f"infinity ({exc}); send finite numbers or null") from None
+        with self._lock:
+            if session.ended:
+                raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason}); "
+                                                "create a new session")
+            if session.frozen:
+                raise ApiError("extraction_already_frozen",
+                               f"session {session.id} froze its extraction already (SHA-256 {session.extraction_sha256}); "
+                               "the frozen extraction cannot be replaced. Continue with the chamber tools.")
+            session._extraction = data
+            session.extraction_sha256 = sha256_hex(data)
+            session.frozen_at = self._clock()
+        return session.extraction_sha256
+
+    def require_chamber_phase(self, session: Session, tool: str) -> None:
+        """The two-pass freeze, enforced: a chamber tool only between the freeze and the end of the session."""
+        if session.ended:
+            raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason}); {tool} is no "
+                                            "longer available. Create a new session for another run.")
+        if not session.frozen:
+            raise ApiError("extraction_not_frozen",
+                           f"{tool} refused: the chamber tools open only after the extraction is frozen. Submit it "
+                           f"first with POST /sessions/{session.id}/extraction {{\"payload\": {{...}}}}.")
+
+    def end(self, session: Session, reason: str, outcome: dict[str, Any] | None = None) -> bool:
+        """End the session; False when it had already ended (the first end wins)."""
+        with self._lock:
+            if session.ended:
+                return False
+            session.outcome = outcome
+            session.end_reason = reason
+            session.ended_at = self._clock()
+        return True
