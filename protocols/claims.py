@@ -126,6 +126,9 @@ class Condition(_Strict):
     variable: str | None = None  # a chamber variable from firmware_bridge.variables
     unmatchable: str | None = None  # why the chamber cannot realise or observe it
     kind: Literal["stimulus", "observable", "reference", "environment"] = "stimulus"
+    # Which external lab instrument would realise a condition the chamber alone cannot (chamber.instruments);
+    # None when no instrument of the station would.
+    instrument: Literal["smu", "reference_barometer", "temperature_controller"] | None = None
 
     @field_validator("variable")
     @classmethod
@@ -187,6 +190,7 @@ class Claim(_Strict):
     source: Source
     datasheet: str  # part key into protocols.datasheets
     protocol: str | None = None  # protocol registry key, e.g. "dps310.operating_range"
+    instrument_protocol: str | None = None  # protocol used instead when the station has the instruments it needs
     resolution_limited_hint: bool = False
     notes: str = ""
 
@@ -212,7 +216,7 @@ class Claim(_Strict):
         except UnknownDatasheet as e:
             raise ValueError(str(e)) from None
 
-    @field_validator("protocol")
+    @field_validator("protocol", "instrument_protocol")
     @classmethod
     def _protocol_shape(cls, v: str | None) -> str | None:
         if v is not None and not _PROTOCOL_RE.match(v):
@@ -263,6 +267,10 @@ class Claim(_Strict):
     def decisive_unmatched(self) -> list[Condition]:
         """Decisive conditions the chamber cannot realise (each forces 'inconclusive')."""
         return [c for c in self.conditions if c.decisive and not c.matched]
+
+    def instruments_needed(self) -> list[str]:
+        """The instruments named by decisive conditions the chamber alone cannot realise, in file order."""
+        return list(dict.fromkeys(c.instrument for c in self.conditions if c.decisive and c.instrument))
 
     def matched_variables(self) -> list[str]:
         return [c.variable for c in self.conditions if c.variable is not None]

@@ -43,7 +43,8 @@ Order of checks:
    `numeric_verdict`/`numeric_zone`; but a decisive condition that is not matched makes the verdict
    inconclusive with class "no-traceable-reference" (condition kind "reference"), "unmatched-stimulus" (kind
    "stimulus" or "environment": something the chamber cannot apply) or "unmatched-observable" (kind
-   "observable"), in that priority when several are missing. Unmatched means: `unmatchable` on the claim, or
+   "observable"), in that priority when several are missing. Unmatched means: `unmatchable` on the claim
+   (unless the measurement names the condition in `matched_conditions`: an instrument realised it), or
    listed in `measurement.unmatched_conditions`, or not confirmed in `measurement.matched_conditions` (by
    condition name or by its chamber variable) — an unconfirmed condition is not assumed. `zone` is then None.
 4. A numerical inconclusive has class "resolution-limited": the comparison's uncertainty c cannot resolve m
@@ -293,7 +294,9 @@ def _tolerance_terms(claim: ClaimLike) -> tuple[Fraction, Fraction, str, Decimal
 def _decisive_unmatched(claim: ClaimLike, measurement: Measurement | None) -> list[tuple[str, str, str]]:
     """(name, class, why) for each decisive condition the measurement did not report as matched.
 
-    A protocol reports a condition as matched by its name or by the chamber variable it staged."""
+    A protocol reports a condition as matched by its name or by the chamber variable it staged. A condition
+    marked `unmatchable` (by the chamber alone) counts as matched only when the measurement names it as matched
+    (an instrument protocol realised it); with no measurement, or one that does not name it, it stays unmatched."""
     matched = set(measurement.matched_conditions) if measurement is not None else set()
     reported_unmatched = set(measurement.unmatched_conditions) if measurement is not None else set()
     out = []
@@ -302,6 +305,8 @@ def _decisive_unmatched(claim: ClaimLike, measurement: Measurement | None) -> li
             continue
         name = cond.name
         unmatchable = getattr(cond, "unmatchable", None)
+        if name in matched and name not in reported_unmatched:
+            continue  # reported matched by name: an instrument can realise what the chamber alone cannot
         if unmatchable:
             why = f"unmatchable: {unmatchable}"
         elif name in reported_unmatched:
