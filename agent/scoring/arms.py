@@ -1,0 +1,103 @@
+"""Probe arms as tool-surface transformations handed to `run_cell(tools=...)`.
+
+Why transformations and not special loops: every arm then runs through the same recorded loop, and the record
+shows exactly what was offered (the tool surface and its hash) and what came back. The arm's name is written into
+the tool-surface version ("<version>+arm=<arm>"), so a record alone says which arm produced it.
+
+  normal               the five datasheet tools on the intended PDF
+  withhold-navigation  no datasheet tool at all (the paper's planted fault F1: tool-bypass)
+  withhold-crosscheck  search_text and extract_table_markdown removed (F5: verification-skipped)
+  closed-book          no document tools (any fidelity pass is a corrupt success by construction)
+  null-tool            every tool present, every call returns empty content
+  wrong-content        every tool present, every call served from a decoy datasheet
+  single-pass          no tools; the whole document's text layer goes into the request (see DocumentInRequest)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.loop import LocalTool, ToolOutput, datasheet_local_tools
+from agent.models.base import Message, ModelClient, ModelRequest, ModelTurn, TextBlock
+from agent.scoring.cells import ARM_MARK, CROSS_CHECK_TOOLS, NAVIGATION_TOOLS
+
+ARMS = ("normal", "withhold-navigation", "withhold-crosscheck", "closed-book", "null-tool", "wrong-content",
+        "single-pass")
+
+
+class ArmError(ValueError):
+    """An unknown arm, or an arm missing what it needs (a decoy PDF for wrong-content)."""
+
+
+@dataclass
+class ArmSetup:
+    """What run_cell needs for one arm: the phase-one tools, the surface version and (single-pass) a model wrapper."""
+
+    arm: str
+    tools: list[LocalTool]
+    surface_version: str
+    wrap_model: Any = None  # callable(model) -> model, or None
+
+    def model(self, model: ModelClient) -> ModelClient:
+        return self.wrap_model(model) if self.wrap_model is not None else model
+
+
+def null_tool(tool: LocalTool) -> LocalTool:
+    """The same tool as offered, answering every call with empty content (no error)."""
+    return LocalTool(tool.spec, lambda arguments: ToolOutput(""))
+
+
+def arm_setup(arm: str, pdf: Path, *, decoy_pdf: Path | None = None) -> ArmSetup:
+    """Tools and surface version for `arm` on the intended datasheet `pdf`."""
+    if arm not in ARMS:
+        raise ArmError(f"unknown arm {arm!r}; known: {', '.join(ARMS)}")
+    if arm == "wrong-content":
+        if decoy_pdf is None or Path(decoy_pdf).resolve() == Path(pdf).resolve():
+            raise ArmError("the wrong-content arm needs a decoy datasheet different from the intended one")
+        tools, version = datasheet_local_tools(Path(decoy_pdf))
+        return ArmSetup(arm, tools, f"{version}{ARM_MARK}{arm}")
+    if arm in ("withhold-navigation", "closed-book"):
+        return ArmSetup(arm, [], f"none{ARM_MARK}{arm}")
+    if arm == "single-pass":
+        text = document_text(Path(pdf))
+        return ArmSetup(arm, [], f"none{ARM_MARK}{arm}", lambda model: DocumentInRequest(model, text))
+    tools, version = datasheet_local_tools(Path(pdf))
+    if arm == "withhold-crosscheck":
+        tools = [t for t in tools if t.spec.name not in CROSS_CHECK_TOOLS]
+    elif arm == "null-tool":
+        tools = [null_tool(t) if t.spec.name in NAVIGATION_TOOLS else t for t in tools]
+    return ArmSetup(arm, tools, f"{version}{ARM_MARK}{arm}")
+
+
+def document_text(pdf: Path) -> str:
+    """The whole text layer with page markers, from the datasheet tools' own section reader."""
+    from agent.datasheet import DatasheetSession
+
+    with DatasheetSession(pdf) as s:
+        pages = s.manifest.pages
+        parts = [s.section_text(a, min(a + 29, pages)) for a in range(1, pages + 1, 30)]
+    return "\n".join(parts)
+
+
+class DocumentInRequest:
+    """A model client that puts the whole document into the first user message of every request (single-pass
+    baseline). Rendered page images for a backend without PDF input are not offered: the message model has no
+    user-side image block, so this arm sends the text layer only."""
+
+    def __init__(self, model: ModelClient, document: str) -> None:
+        self.inner = model
+        self.document = document
+        self.model = getattr(model, "model", "unknown")
+        self.provider = getattr(model, "provider", "unknown")
+        self.transport = getattr(model, "transport", "unknown")
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        messages = list(request.messages)
+        if messages and messages[0].role == "user":
+            first = messages[0]
+            doc = TextBlock("The datasheet (its whole text layer, page by page):\n\n" + self.document)
+            messages[0] = Message(first.role, [doc, *first.blocks])
+        return self.inner.complete(dataclasses.replace(request, messages=messages))

@@ -1,0 +1,130 @@
+"""The matrix runner: models × claims × repeats × arms, a bounded number at a time, resumable, then re-scored.
+
+Why resumable and file-based: a matrix of paid model calls is interrupted (rate limits, a laptop lid); a cell whose
+record already ends with run_end is never paid for twice, and a cell cut short is discarded (its partial record
+removed) and run again — a half-written record is never scored. Everything a score needs stays on disk:
+`RUN_DIR/cells/<run_id>.jsonl` (+ blobs), `RUN_DIR/extractions/<run_id>.json`, then `RUN_DIR/scores.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from agent.loop import Budget, run_cell
+from agent.scoring.arms import arm_setup
+from agent.scoring.cells import slug
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MatrixCell:
+    claim_id: str
+    model: str
+    arm: str
+    repeat: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.claim_id}--{slug(self.model)}--{self.arm}--r{self.repeat}"
+
+
+def plan(models: list[str], claim_ids: list[str], repeats: int, arms: list[str]) -> list[MatrixCell]:
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    return [MatrixCell(c, m, a, r) for m in models for a in arms for c in claim_ids for r in range(1, repeats + 1)]
+
+
+def _complete(record: Path) -> bool:
+    """Does the record end with a run_end event (a finished cell)?"""
+    try:
+        lines = [ln for ln in record.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        return bool(lines) and json.loads(lines[-1]).get("kind") == "run_end"
+    except (OSError, ValueError):
+        return False
+
+
+def default_decoy(claim: Any, datasheets_dir: Path) -> Path:
+    """The paper's decoy is the A4988 datasheet; an A4988 claim gets the DPS310 one."""
+    from protocols.datasheets import datasheet_for
+
+    part = "DPS310" if claim.datasheet == "A4988" else "A4988"
+    return Path(datasheets_dir) / datasheet_for(part).filename
+
+
+def run_matrix(
+    cells: list[MatrixCell],
+    *,
+    claims: Mapping[str, Any],
+    out: Path,
+    datasheets_dir: Path,
+    client_factory: Callable[[str], Any],
+    clock: Callable[[], float],
+    concurrency: int = 2,
+    budget: Budget = Budget(),
+    sleep: Callable[[float], None] | None = None,
+    decoy_for: Callable[[Any], Path] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every cell not already recorded under `out`; returns counts of what ran, was skipped or failed."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    missing = sorted({c.claim_id for c in cells} - set(claims))
+    if missing:
+        raise KeyError(f"unknown claim id(s) {missing}")
+    out = Path(out)
+    cells_dir, ex_dir = out / "cells", out / "extractions"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    ex_dir.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    status: Counter = Counter()
+    failures: list[dict[str, str]] = []
+    todo = []
+    for cell in cells:
+        record = cells_dir / f"{cell.run_id}.jsonl"
+        if record.exists() and _complete(record):
+            status["skipped"] += 1
+            continue
+        if record.exists():  # cut short earlier: discard and run again
+            record.unlink()
+            shutil.rmtree(cells_dir / f"{cell.run_id}.blobs", ignore_errors=True)
+            status["restarted"] += 1
+        todo.append(cell)
+
+    def one(cell: MatrixCell) -> None:
+        claim = claims[cell.claim_id]
+        pdf = Path(datasheets_dir) / claim.identity.filename
+        try:
+            decoy = (decoy_for or (lambda c: default_decoy(c, datasheets_dir)))(claim) if cell.arm == "wrong-content" else None
+            setup = arm_setup(cell.arm, pdf, decoy_pdf=decoy)
+            model = setup.model(client_factory(cell.model))
+            result = run_cell(claim, model=model, datasheet=pdf, record_dir=cells_dir, clock=clock, budget=budget,
+                              sleep=sleep, run_id=cell.run_id, tools=setup.tools,
+                              surface_version=setup.surface_version)
+        except Exception as e:  # one broken cell must not stop the matrix; it is reported, not scored as a pass
+            log.warning("cell %s failed: %s", cell.run_id, e)
+            with lock:
+                status["failed"] += 1
+                failures.append({"run_id": cell.run_id, "error": f"{type(e).__name__}: {e}"})
+            return
+        payload = {"run_id": cell.run_id, "claim_id": cell.claim_id, "model": cell.model, "arm": cell.arm,
+                   "repeat": cell.repeat, "outcome": result.outcome, "extraction": result.extraction,
+                   "extraction_sha256": result.extraction_sha256, "record": str(result.record)}
+        (ex_dir / f"{cell.run_id}.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        with lock:
+            status["ran"] += 1
+            status[f"outcome:{result.outcome}"] += 1
+        if progress is not None:
+            progress(f"{cell.run_id}: {result.outcome}")
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, todo))
+    return {"planned": len(cells), **dict(status), "failures": failures}
