@@ -96,22 +96,1137 @@ def add_sim_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_sim_serve(sim_sub: argparse._SubParsersAction) -> None:
-    pass  # filled in by the serial-stack work
+    p = command(sim_sub, "serve", "serve an emulated Mk1 board on a pty or TCP socket; prints the port URL first")
+    p.add_argument("--chamber", choices=["wt", "lt"], default="wt")
+    p.add_argument("--config", default="standard", help="board configuration (wt: standard|pressure-control)")
+    p.add_argument("--transport", choices=["pty", "tcp"], default="pty")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--params", type=Path, help="YAML/JSON file of physics parameters")
+    p.add_argument("--pace", choices=["real", "unthrottled"], default="unthrottled",
+                   help="rows at the real board's rate (model.rows_per_second) or as fast as possible")
+    p.add_argument("--host", default="127.0.0.1", help="TCP bind address")
+    p.add_argument("--tcp-port", type=int, default=0, help="TCP port (0: any free port)")
+    p.add_argument("--window", type=int, default=512, help="board data segments in flight (1 = stop-and-wait)")
+    p.add_argument("--faults", help="JSON object of test fault switches (simulator.board_protocol.BoardFaults)")
+    p.set_defaults(handler=_sim_serve)
+
+
+def _read_mapping(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: expected a mapping of parameters, got {type(data).__name__}")
+    return data
+
+
+def _sim_serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from simulator.board import make_board
+    from simulator.board_protocol import BoardFaults
+
+    faults = None
+    if args.faults:
+        try:
+            faults = BoardFaults(**json.loads(args.faults))
+        except (ValueError, TypeError) as exc:
+            raise CliError(f"--faults: expected a JSON object of BoardFaults fields: {exc}") from exc
+    board = make_board(args.chamber, transport=args.transport, seed=args.seed, config=args.config,
+                       params=_read_mapping(args.params), faults=faults, paced=args.pace == "real",
+                       window=args.window, host=args.host, port=args.tcp_port)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    sys.stdout.write(board.url + "\n")
+    sys.stdout.flush()
+    progress(args, f"emulated {args.chamber}/{args.config} board serving on {board.url} (seed {args.seed}, "
+                   f"{args.pace}); stop with Ctrl-C or SIGTERM")
+    try:
+        board.serve(stop)
+    finally:
+        board.transport.close()
+    return 0
 
 
 def _register_sim_fit(sim_sub: argparse._SubParsersAction) -> None:
-    pass  # filled in by the simulator work
+    p = command(sim_sub, "fit", "estimate simulator parameters (barometer offsets/noise, light gains) from a recorded CSV")
+    p.add_argument("recording", help="experiment CSV in the public dataset layout (timestamp, config, counter, ...)")
+    p.add_argument("-o", "--output", required=True, help="parameter file to write (JSON; `sim serve --params`)")
+    p.add_argument("--base", help="parameter file to start from (default: built-in defaults)")
+    p.set_defaults(handler=_cmd_sim_fit)
+
+
+def _cmd_sim_fit(args: argparse.Namespace) -> int:
+    from simulator.fit import fit_recording
+    from simulator.params import dump_params, load_params
+
+    if not Path(args.recording).is_file():
+        raise CliError(f"recording not found: {args.recording}")
+    base = load_params(args.base) if args.base else None
+    progress(args, f"fitting {args.recording} ...")
+    result = fit_recording(args.recording, base=base)
+    out = Path(args.output)
+    out.write_text(json.dumps(dump_params(result.params), indent=2) + "\n", encoding="utf-8")
+    data = {"output": str(out), "source": result.params.source, "fit": result.report}
+
+    def render(d: dict[str, Any]) -> str:
+        fit = d["fit"]
+        lines = [f"wrote {d['output']} ({fit['layout']}, {fit['rows']} rows)"]
+        if "offsets_pa" in fit:
+            lines.append(f"barometer offsets, Pa ({fit['offsets_reference']}):")
+            lines += [f"  {unit:<9} {value:+8.3f}" for unit, value in fit["offsets_pa"].items()]
+            lines.append("noise RMS by oversampling, Pa (pooled over units):")
+            lines += [f"  osr {osr}: {value:.3f}" for osr, value in fit["noise_pa_by_osr"].items()]
+            if fit["osr_kept_default"]:
+                lines.append(f"  not in recording, defaults kept: osr {fit['osr_kept_default']}")
+        for channel in ("ir", "vis"):
+            if channel in fit:
+                c = fit[channel]
+                if c.get("fitted"):
+                    gains = ", ".join(f"{g:.3f}" for g in c["diode_gains"])
+                    tg = ", ".join(f"{g:.3f}" for g in c["t_gains"])
+                    lines.append(f"{channel}: diode gains [{gains}], t gains [{tg}] ({c['reference']})")
+                else:
+                    lines.append(f"{channel}: not fitted ({c['reason']})")
+        return "\n".join(lines)
+
+    emit(args, data, render)
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------- section: chamber
 def add_chamber_commands(sub: argparse._SubParsersAction) -> None:
-    pass  # filled in by the serial-stack work
+    chamber = sub.add_parser("chamber", help="talk to a chamber (serial port or in-process sim)")
+    chamber_sub = chamber.add_subparsers(dest="chamber_command", required=True)
+    info = command(chamber_sub, "info", "connect, and show the board's configuration and variables")
+    _chamber_target_args(info)
+    info.set_defaults(handler=_chamber_info)
+    measure = command(chamber_sub, "measure", "apply settings, then measure N checked rows")
+    _chamber_target_args(measure)
+    measure.add_argument("-n", type=int, required=True, help="number of rows")
+    measure.add_argument("--set", action="append", metavar="VAR=VALUE", help="a setting applied before measuring")
+    measure.set_defaults(handler=_chamber_measure)
+
+
+def _chamber_target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port")
+    p.add_argument("--backend", choices=["serial", "sim"], default="serial")
+    p.add_argument("--chamber", choices=["wt", "lt"], default="wt", help="(sim backend)")
+    p.add_argument("--config", default="standard", help="(sim backend)")
+    p.add_argument("--seed", type=int, default=0, help="(sim backend)")
+    p.add_argument("--params", type=Path, help="(sim backend) YAML/JSON physics parameters")
+    p.add_argument("--limits", type=Path, help="operator limits file (YAML or JSON)")
+    p.add_argument("--boot-timeout", type=float, default=6.0, help="seconds to wait for the board's announcement")
+
+
+def _open_chamber_from_args(args: argparse.Namespace) -> Any:
+    from chamber import open_chamber
+    from firmware_bridge.session import Timing
+
+    if args.backend == "serial" and not args.port:
+        raise CliError("give --port URL (or --backend sim)")
+    return open_chamber(args.port if args.backend == "serial" else None, backend=args.backend,
+                        chamber=args.chamber, config=args.config, seed=args.seed,
+                        params=_read_mapping(args.params), limits=args.limits,
+                        timing=Timing(boot_timeout=args.boot_timeout))
+
+
+def _variables_table(layout: Any) -> list[dict[str, Any]]:
+    return [{"name": v.name, "kind": v.kind.value, "unit": v.unit, "allowed": v.describe_allowed()}
+            for v in layout.variables]
+
+
+def _chamber_info(args: argparse.Namespace) -> int:
+    with _open_chamber_from_args(args) as chamber:
+        data = {"chamber": chamber.layout.chamber, "config": chamber.config,
+                "variables": _variables_table(chamber.layout), "link": chamber.link_stats()}
+
+    def render(d: dict[str, Any]) -> str:
+        lines = [f"chamber {d['chamber']}, config {d['config']}, {len(d['variables'])} variables"]
+        lines += [f"  {v['name']:<20} {v['kind']:<12} {v['unit']:<11} {v['allowed']}" for v in d["variables"]]
+        lines.append("link: " + ", ".join(f"{k}={v}" for k, v in d["link"].items()))
+        return "\n".join(lines)
+
+    emit(args, data, render)
+    return 0
+
+
+def _chamber_measure(args: argparse.Namespace) -> int:
+    if args.n < 1:
+        raise CliError(f"-n: expected a positive number of rows, got {args.n}")
+    settings = dict(parse_assignments(args.set))
+    with _open_chamber_from_args(args) as chamber:
+        applied = chamber.set_many(settings)
+        frame = chamber.measure(args.n)
+    rows = [[None if v != v else float(v) for v in row] for row in frame.values.tolist()]
+    data = {"config": frame.config, "variables": list(frame.names), "rows": rows, "link": frame.link,
+            "applied": applied, "host_timestamps": frame.host_timestamps.tolist(), "reconnected": frame.reconnected}
+
+    def render(d: dict[str, Any]) -> str:
+        head = ",".join(d["variables"])
+        body = [",".join("" if v is None else f"{v:g}" for v in row) for row in d["rows"]]
+        return "\n".join([head, *body])
+
+    emit(args, data, render)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- section: datasheet
+def add_datasheet_commands(sub: argparse._SubParsersAction) -> None:
+    """`datasheet build|search|section|table|page|fetch`: the agent's datasheet tools from the command line."""
+    ds = sub.add_parser("datasheet", help="read a datasheet PDF with the agent's tools; fetch known datasheets")
+    ds_sub = ds.add_subparsers(dest="datasheet_command", required=True)
+
+    p = command(ds_sub, "build", "manifest: pages, part, revision, contents (and their source), tables per page")
+    p.add_argument("pdf", type=Path)
+    p.add_argument("--cache-dir", type=Path, default=None, help="keep manifests here, keyed by the file's SHA-256")
+    p.set_defaults(handler=_datasheet_build)
+
+    p = command(ds_sub, "search", "find a value or phrase (exact, then normalised, then wrapped table rows)")
+    p.add_argument("pdf", type=Path)
+    p.add_argument("query")
+    p.add_argument("--page", type=int, default=None)
+    p.add_argument("--max-results", type=int, default=20)
+    p.set_defaults(handler=_datasheet_search)
+
+    p = command(ds_sub, "section", "text of pages START..END with page markers, headers and footers removed")
+    p.add_argument("pdf", type=Path)
+    p.add_argument("start", type=int)
+    p.add_argument("end", type=int)
+    p.set_defaults(handler=_datasheet_section)
+
+    p = command(ds_sub, "table", "the tables of one page as markdown")
+    p.add_argument("pdf", type=Path)
+    p.add_argument("page", type=int)
+    p.set_defaults(handler=_datasheet_table)
+
+    p = command(ds_sub, "page", "render a page (or a region) to PNG")
+    p.add_argument("pdf", type=Path)
+    p.add_argument("page", type=int)
+    p.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    p.add_argument("--region", type=float, nargs=4, default=None, metavar=("X0", "Y0", "X1", "Y1"))
+    p.add_argument("--dpi", type=int, default=100)
+    p.set_defaults(handler=_datasheet_page)
+
+    p = command(ds_sub, "fetch", "download a known datasheet from its public URL and verify its SHA-256")
+    p.add_argument("part", nargs="?", default=None, help="part name, e.g. DPS310 (or --all)")
+    p.add_argument("--all", action="store_true", help="every known datasheet")
+    p.add_argument("--dir", type=Path, default=Path("datasheets"), help="where to keep the PDFs (default ./datasheets)")
+    p.add_argument("--mirror", default=None, help="fetch FILE from MIRROR/FILE instead of the recorded URL")
+    p.set_defaults(handler=_datasheet_fetch)
+
+
+def _datasheet_session(pdf: Path, cache_dir: Path | None = None):
+    from agent.datasheet import DatasheetSession, ManifestCache
+
+    session = DatasheetSession(pdf, ManifestCache(cache_dir) if cache_dir else None)
+    session.loaded  # raises the typed open error (missing, not a PDF, encrypted, empty)
+    return session
+
+
+def _datasheet_build(args: argparse.Namespace) -> int:
+    from agent.datasheet import ManifestCache, build_datasheet
+
+    m = build_datasheet(args.pdf, ManifestCache(args.cache_dir) if args.cache_dir else None)
+    data = {
+        "pages": m.pages,
+        "part": m.part,
+        "revision": m.revision,
+        "sha256": m.sha256,
+        "toc_source": m.toc_source,
+        "toc_note": m.toc_note,
+        "toc": [t.model_dump() for t in m.toc],
+        "tables": [t.model_dump() for t in m.tables],
+    }
+
+    def render(d: dict[str, Any]) -> str:
+        lines = [f"{d['part']} {d['revision']}: {d['pages']} pages; contents from {d['toc_source']}", d["toc_note"]]
+        lines += [f"{'  ' * (t['level'] - 1)}{t['title']} .... p{t['page']}" for t in d["toc"]]
+        lines.append(f"tables ({len(d['tables'])}):")
+        lines += [f"  p{t['page']}: {t['caption']}" for t in d["tables"]]
+        return "\n".join(lines)
+
+    emit(args, data, render)
+    return 0
+
+
+def _datasheet_search(args: argparse.Namespace) -> int:
+    with _datasheet_session(args.pdf) as s:
+        hits = s.search(args.query, args.page, args.max_results)
+    emit(args, {"hits": hits}, lambda d: "\n".join(f"p{h['page']} [{h['section']}] {h['snippet']}" for h in d["hits"]) or "no match")
+    return 0
+
+
+def _datasheet_section(args: argparse.Namespace) -> int:
+    with _datasheet_session(args.pdf) as s:
+        text = s.section_text(args.start, args.end)
+    emit(args, {"text": text}, lambda d: d["text"])
+    return 0
+
+
+def _datasheet_table(args: argparse.Namespace) -> int:
+    with _datasheet_session(args.pdf) as s:
+        md = s.table_markdown(args.page)
+    emit(args, {"page": args.page, "markdown": md}, lambda d: d["markdown"])
+    return 0
+
+
+def _datasheet_page(args: argparse.Namespace) -> int:
+    with _datasheet_session(args.pdf) as s:
+        png = s.page_png(args.page, args.region, args.dpi)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(png)
+    emit(args, {"page": args.page, "out": str(args.out), "bytes": len(png)}, lambda d: f"wrote {d['out']} ({d['bytes']} bytes)")
+    return 0
+
+
+def _datasheet_fetch(args: argparse.Namespace) -> int:
+    from agent.datasheet.fetch import fetch_datasheet, httpx_getter, identities
+
+    if args.all == (args.part is not None):
+        raise CliError("name one PART or give --all")
+    results = []
+    for ident in identities(None if args.all else args.part):
+        url = f"{args.mirror.rstrip('/')}/{ident.url.rsplit('/', 1)[-1]}" if args.mirror else None
+        progress(args, f"fetching {ident.part} ({ident.revision}) from {url or ident.url}")
+        r = fetch_datasheet(ident, args.dir, httpx_getter(), url=url)
+        results.append({"part": r.part, "path": str(r.path), "sha256": r.sha256, "downloaded": r.downloaded})
+    emit(args, {"fetched": results}, lambda d: "\n".join(f"{x['part']}: {x['path']} (sha256 ok)" for x in d["fetched"]))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- section: extract
+def add_extract_commands(sub: argparse._SubParsersAction) -> None:
+    """`extract CLAIM_ID --model ...`: one recorded agent cell (phase one; phase two when --chamber-url is given)."""
+    p = command(sub, "extract", "run the instrumented agent on one claim and write its dispatch record")
+    p.add_argument("claim_id")
+    p.add_argument("--model", required=True,
+                   help="scripted:<policy> | <anthropic model id> | openai:<model> | openai-compat:<base_url>#<model>")
+    p.add_argument("--datasheet", type=Path, default=None, help="PDF (default: the claim's datasheet in shared/)")
+    p.add_argument("--chamber-url", default=None, help="chamber tools API base URL (omit: phase one only)")
+    p.add_argument("--record", type=Path, default=Path("records"), help="folder for the JSONL record and blobs")
+    p.add_argument("--max-turns", type=int, default=30)
+    p.add_argument("--max-tokens", type=int, default=None, help="token budget for the cell (input + output)")
+    p.add_argument("--wall-s", type=float, default=900.0, help="wall-time budget for the cell, seconds")
+    p.add_argument("--otlp", type=Path, default=None, help="also write the record as OTLP/JSON spans here")
+    p.set_defaults(handler=_extract)
+
+
+def _extract(args: argparse.Namespace) -> int:
+    import time
+
+    import httpx
+
+    from agent.chamber_client import ChamberClient
+    from agent.loop import Budget, run_cell
+    from agent.models import client_for
+    from protocols.claims import get_claim
+
+    claim = get_claim(args.claim_id)
+    pdf = args.datasheet or shared_dir() / "datasheets" / claim.identity.filename
+    if not pdf.exists():
+        raise CliError(f"datasheet {pdf} not found (give --datasheet or set CHAMBERLAB_SHARED)")
+    model = client_for(args.model, os.environ)
+    budget = Budget(max_turns=args.max_turns, max_total_tokens=args.max_tokens, wall_s=args.wall_s)
+    http = httpx.Client(base_url=args.chamber_url, timeout=60.0) if args.chamber_url else None
+    try:
+        chamber = ChamberClient(http) if http is not None else None
+        result = run_cell(claim, model=model, datasheet=pdf, record_dir=args.record, clock=time.time,
+                          chamber=chamber, budget=budget, sleep=time.sleep)
+    finally:
+        if http is not None:
+            http.close()
+    data = {"run_id": result.run_id, "outcome": result.outcome, "extraction": result.extraction,
+            "record": str(result.record), "phase_two": result.phase_two, "detail": result.detail}
+    if args.otlp is not None:
+        from agent.otlp import export_otlp
+
+        data["otlp"] = str(export_otlp(result.record, args.otlp))
+    emit(args, data, lambda d: (f"{d['run_id']}: {d['outcome']} (phase two {d['phase_two']})\n"
+                                f"extraction: {json.dumps(d['extraction'])}\nrecord: {d['record']}"))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- section: verdicts
+def add_chamber_selection(p: argparse.ArgumentParser) -> None:
+    """--backend sim (both chambers in-process) or one or more --port URLs (the chamber kind is announced)."""
+    p.add_argument("--backend", choices=["sim", "serial"], default=None,
+                   help="sim: in-process simulator of both chambers (default when no --port is given)")
+    p.add_argument("--port", action="append", default=None, metavar="URL",
+                   help="pyserial URL of a chamber (device path, pty, socket://); repeat for wind + light tunnel")
+    p.add_argument("--seed", type=int, default=0, help="simulator seed (with --backend sim)")
+    p.add_argument("--params", default=None, help="simulator parameter file (with --backend sim)")
+    p.add_argument("--limits", default=None, help="operator limits file (YAML/JSON) enforced by the driver")
+    p.add_argument("--station", default=None, metavar="STATION_FILE",
+                   help="lab instruments (SMU, reference barometer, temperature controller) to grade more claims")
+
+
+def open_selected_chambers(args: argparse.Namespace) -> dict[str, Any]:
+    """Connected chambers by kind ("wt"/"lt") from --backend/--port; the caller closes them."""
+    from chamber import open_chamber
+
+    params = json.loads(Path(args.params).read_text()) if getattr(args, "params", None) else None
+    limits = getattr(args, "limits", None)
+    chambers: dict[str, Any] = {}
+    try:
+        if args.port:
+            for url in args.port:
+                c = open_chamber(url, backend="serial", limits=limits)
+                c.connect()
+                chambers[c.layout.chamber] = c
+        else:
+            for kind in ("wt", "lt"):
+                c = open_chamber(backend="sim", chamber=kind, seed=args.seed, params=params, limits=limits)
+                c.connect()
+                chambers[kind] = c
+    except BaseException:
+        close_chambers(chambers)
+        raise
+    return chambers
+
+
+def close_chambers(chambers: dict[str, Any]) -> None:
+    for c in chambers.values():
+        try:
+            c.close()
+        except Exception:  # closing is best effort; the original error matters more
+            log.debug("closing chamber failed", exc_info=True)
+
+
+def add_verdict_commands(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "calibrate", "cross-sensor calibration of the wind tunnel's four DPS310 barometers")
+    add_chamber_selection(p)
+    p.add_argument("-n", type=int, default=200, help="rows measured after settling (default 200)")
+    p.add_argument("--osr", type=int, default=8, choices=[1, 2, 4, 8])
+    p.add_argument("-o", "--output", default=None, help="write the calibration record (JSON) here")
+    p.set_defaults(handler=cmd_calibrate)
+
+    p = command(sub, "check", "grade a claim (or --all) on the chamber: pass / inconclusive / fail with u")
+    p.add_argument("claim_id", nargs="?", help="claim id (see protocols/data/claims/)")
+    p.add_argument("--all", action="store_true", help="check every claim and print a table")
+    add_chamber_selection(p)
+    p.add_argument("--rows", type=int, default=200, help="rows per measurement (default 200)")
+    p.add_argument("--calibration", default=None, help="a calibration record to use (default: calibrate first)")
+    p.set_defaults(handler=cmd_check)
+
+    p = command(sub, "sweep", "hold one measurement fixed and move the claim's bound through it")
+    p.add_argument("claim_id")
+    add_chamber_selection(p)
+    p.add_argument("--measured", default=None, help="a given measured value (in the claim's unit)")
+    p.add_argument("--u", default=None, help="its standard uncertainty (with --measured)")
+    p.add_argument("--recording", default=None, help="a recorded fans-off CSV (public dataset layout)")
+    p.add_argument("--steps", type=int, default=41)
+    p.add_argument("--csv", default=None, help="write the rows as CSV")
+    p.add_argument("--plot", default=None, help="write the figure as PNG")
+    p.set_defaults(handler=cmd_sweep)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from calibration.cross_sensor import measure_cross_sensor_offsets
+    from calibration.records import record_from_calibration, save_record
+
+    chambers = open_selected_chambers(args)
+    try:
+        if "wt" not in chambers:
+            raise CliError("calibration needs the wind tunnel; connected: " + ", ".join(chambers))
+        progress(args, f"calibrating: fans off, OSR {args.osr}, {args.n} rows")
+        cal = measure_cross_sensor_offsets(chambers["wt"], n=args.n, osr=args.osr)
+    finally:
+        close_chambers(chambers)
+    record = record_from_calibration(cal, date=datetime.now(timezone.utc))
+    if args.output:
+        save_record(record, Path(args.output))
+    data = {"record": record.model_dump(mode="json", by_alias=True), "path": args.output}
+
+    def render(d: dict[str, Any]) -> str:
+        p = d["record"]["parameters"]
+        lines = [f"cross-sensor mean {p['mean']:.2f} Pa (u {p['mean_u']:.2f} Pa), spread {p['spread']:.2f} Pa"]
+        lines += [f"  {k:<18} offset {v:+7.2f} Pa  (u {p['offset_u'][k]:.2f})" for k, v in p["offsets"].items()]
+        if d["path"]:
+            lines.append(f"record written to {d['path']}")
+        return "\n".join(lines)
+
+    emit(args, data, render)
+    return 0
+
+
+def run_checks(claims: list[Any], chambers: dict[str, Any], *, rows: int, calibration: Any = None,
+               report: Callable[[str], None] = lambda m: None, station: Any = None) -> list[Any]:
+    """Grade claims in order; calibrates the wind tunnel first when one is connected and no record was given."""
+    from calibration.cross_sensor import measure_cross_sensor_offsets
+    from protocols.registry import ProtocolContext, check_claim
+
+    if calibration is None and "wt" in chambers:
+        report("calibrating the four DPS310s (fans off)")
+        calibration = measure_cross_sensor_offsets(chambers["wt"], n=rows)
+    context = ProtocolContext(chambers=chambers, calibration=calibration, rows=rows, progress=report,
+                              station=station)
+    results = []
+    for i, claim in enumerate(claims, 1):
+        report(f"[{i}/{len(claims)}] {claim.id}")
+        results.append(check_claim(claim, context))
+    return results
+
+
+def render_check_table(results: list[dict[str, Any]]) -> str:
+    header = f"{'claim':<36} {'verdict':<13} {'value ± u':<28} {'k':>5} {'cond m/u':>8}  class"
+    lines = [header, "-" * len(header)]
+    for r in results:
+        m = r["measured"]
+        value = "—" if not m or m["value"] is None else f"{m['value']} ± {m['u']} {m['unit']}"
+        k = "" if not m or m["k"] is None else f"{m['k']:.2f}"
+        cond = f"{len(r['matched_conditions'])}/{len(r['unmatched_conditions'])}"
+        lines.append(f"{r['claim_id']:<36} {r['verdict']:<13} {value:<28} {k:>5} {cond:>8}  {r['class'] or ''}")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    lines.append("")
+    lines.append("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from protocols.claims import get_claim, load_claims
+
+    if bool(args.all) == bool(args.claim_id):
+        raise CliError("give one CLAIM_ID or --all")
+    claims = list(load_claims().values()) if args.all else [get_claim(args.claim_id)]
+    calibration = None
+    if args.calibration:
+        from calibration.records import load_record
+
+        calibration = load_record(Path(args.calibration))
+    station = open_station_from_args(args)  # a bad station file or instrument fails here, before any staging
+    try:
+        chambers = open_selected_chambers(args)
+        try:
+            results = run_checks(claims, chambers, rows=args.rows, calibration=calibration,
+                                 report=lambda m: progress(args, m), station=station)
+        finally:
+            close_chambers(chambers)
+    finally:
+        if station is not None:
+            station.close()
+    dicts = [r.to_dict() for r in results]
+    if args.all:
+        emit(args, {"results": dicts}, lambda d: render_check_table(d["results"]))
+    else:
+        emit(args, dicts[0], lambda d: render_check_table([d]) + "\n\n" + d["reason"])
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from protocols.claims import get_claim
+    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
+
+    claim = get_claim(args.claim_id)
+    if (args.measured is None) != (args.u is None):
+        raise CliError("--measured and --u go together")
+    if args.measured is not None:
+        measured, u, unit, dof = args.measured, args.u, claim.unit, float("inf")
+    else:
+        measurement = _sweep_measurement(args, claim)
+        measured, u, unit, dof = measurement.value, measurement.u, measurement.unit, measurement.dof
+    result = sweep(claim, measured, u, unit=unit, steps=args.steps, dof=dof)
+    if args.csv:
+        write_sweep_csv(result, Path(args.csv))
+    if args.plot:
+        plot_sweep(result, Path(args.plot))
+    data = result.to_dict()
+    data["files"] = {"csv": args.csv, "plot": args.plot}
+
+    def render(d: dict[str, Any]) -> str:
+        m = d["measured"]
+        lines = [f"{d['claim_id']}: measured {m['value']} ± {m['u']} {m['unit']}, c = {d['combined_uncertainty']}",
+                 f"{'bound':>24} {'distance':>22}  verdict"]
+        lines += [f"{r['bound']:>24} {r['distance']:>22}  {r['verdict']}" for r in d["rows"]]
+        return "\n".join(lines)
+
+    emit(args, data, render)
+    return 0
+
+
+def _sweep_measurement(args: argparse.Namespace, claim: Any) -> Any:
+    """The fixed measurement of a sweep: from a recorded CSV, or measured live with the claim's protocol."""
+    if args.recording:
+        from calibration.cross_sensor import BAROMETERS, compute_cross_sensor
+        from protocols.measurement import Measurement
+        from simulator.replay import read_recording
+
+        rec = read_recording(Path(args.recording))
+        readings = {b: rec.column(b) for b in BAROMETERS}
+        cal = compute_cross_sensor(readings, chamber="wt", config=rec.layout.config)
+        return Measurement.from_budget(cal.mean, cal.mean_budget, n=len(readings[BAROMETERS[0]]) * 4)
+    chambers = open_selected_chambers(args)
+    try:
+        (result,) = run_checks([claim], chambers, rows=200, report=lambda m: progress(args, m))
+    finally:
+        close_chambers(chambers)
+    if result.measurement is None or result.measurement.value is None:
+        raise CliError(f"{claim.id}: the protocol gave no measurement to sweep ({result.verdict.reason})")
+    return result.measurement
+
+
+# ----------------------------------------------------------------------------------------------- section: serve
+def add_serve_commands(sub: argparse._SubParsersAction) -> None:
+    """`serve`: the chamber tools API (protocols/api) under uvicorn, in front until Ctrl-C or SIGTERM."""
+    p = command(sub, "serve", "serve the chamber tools API over HTTP (loopback by default)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1); any non-loopback address needs a bearer token")
+    p.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 = any free port)")
+    p.add_argument("--backend", choices=["sim"], default=None,
+                   help="sim: in-process simulated chambers (the default when no --port-url is given)")
+    p.add_argument("--port-url", action="append", default=None, metavar="URL",
+                   help="pyserial URL of a real or emulated board (device path, pty, socket://); repeatable")
+    p.add_argument("--chamber", choices=["wt", "lt", "both"], default="both", help="(sim) which chambers")
+    p.add_argument("--seed", type=int, default=0, help="(sim) simulator seed")
+    p.add_argument("--params", type=Path, default=None, help="(sim) simulator parameter file (JSON)")
+    p.add_argument("--limits", type=Path, default=None,
+                   help="operator limits file (YAML/JSON), enforced by the driver and again by the server")
+    p.add_argument("--record", type=Path, default=Path("records") / "chamber-api",
+                   help="folder for the per-session JSONL records (default records/chamber-api)")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help="file holding the bearer token (else env CHAMBERLAB_API_TOKEN); required off loopback")
+    p.add_argument("--lease-timeout", type=float, default=60.0,
+                   help="seconds a session may sit idle before another session can take the chamber (default 60)")
+    p.set_defaults(handler=_serve)
+
+
+def _serve_open_chambers(args: argparse.Namespace) -> dict[str, Any]:
+    from chamber import open_chamber
+
+    if args.backend == "sim" and args.port_url:
+        raise CliError("give either --backend sim or --port-url URL, not both")
+    chambers: dict[str, Any] = {}
+    try:
+        if args.port_url:
+            for url in args.port_url:
+                c = open_chamber(url, backend="serial", limits=args.limits)
+                if c.layout.chamber in chambers:
+                    c.close()
+                    raise CliError(f"two boards announce chamber {c.layout.chamber!r} ({url})")
+                chambers[c.layout.chamber] = c
+        else:
+            params = json.loads(args.params.read_text(encoding="utf-8")) if args.params else None
+            for kind in (("wt", "lt") if args.chamber == "both" else (args.chamber,)):
+                chambers[kind] = open_chamber(backend="sim", chamber=kind, seed=args.seed, params=params,
+                                              limits=args.limits)
+    except BaseException:
+        for c in chambers.values():
+            c.close()
+        raise
+    return chambers
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from protocols.api import TokenRequired, create_app, resolve_token
+    from protocols.api.server import serve_in_thread
+
+    try:  # refuse before opening anything: a non-loopback bind without a token never starts
+        token = resolve_token(args.host, token_file=args.token_file, environ=os.environ)
+    except TokenRequired as exc:
+        raise CliError(str(exc)) from None
+    if not (0 <= args.port <= 65535):
+        raise CliError(f"--port: expected 0..65535, got {args.port}")
+    chambers = _serve_open_chambers(args)
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        app = create_app(chambers, limits=args.limits, record_dir=args.record, token=token,
+                         lease_timeout_s=args.lease_timeout)
+        with serve_in_thread(app, host=args.host, port=args.port,
+                             log_level="info" if args.verbose else "warning") as url:
+            data = {"url": url, "openapi": f"{url}/openapi.json", "chambers": sorted(chambers),
+                    "record_dir": str(args.record), "auth": "bearer token" if token else "none (loopback only)",
+                    "lease_timeout_s": args.lease_timeout, "pid": os.getpid()}
+            emit(args, data, lambda d: (f"serving the chamber tools API at {d['url']} (chambers: "
+                                        f"{', '.join(d['chambers'])}; auth: {d['auth']}; records: {d['record_dir']})\n"
+                                        "stop with Ctrl-C"))
+            stop.wait()
+            progress(args, "stopping the chamber tools API")
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for c in chambers.values():
+            try:
+                c.close()
+            except Exception:  # closing is best effort
+                log.debug("closing chamber failed", exc_info=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- section: run
+def add_run_commands(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "run", "the main job: chambers, calibration, all checks, the sweep, the agent, scores, report")
+    p.add_argument("--port", action="append", default=None, metavar="URL",
+                   help="real chamber(s) instead of the emulated boards (repeat for wind + light tunnel)")
+    p.add_argument("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)")
+    p.add_argument("--runs-dir", type=Path, default=PROJECT_ROOT / "runs", help="where run directories go")
+    p.add_argument("--resume", type=Path, default=None, help="resume this run directory (finished cells kept)")
+    p.add_argument("--rows", type=int, default=200, help="rows per measurement")
+    p.add_argument("--seed", type=int, default=0, help="seed of the emulated boards")
+    p.add_argument("--claims", default="all", help="all, or comma-separated claim ids for the agent")
+    p.add_argument("--no-agent", action="store_true", help="skip the agent (chamber part only)")
+    p.set_defaults(handler=cmd_run)
+
+    p = command(sub, "runs", "list runs recorded in the index (runs/index.sqlite)")
+    p.add_argument("action", choices=["list"])
+    p.add_argument("--runs-dir", type=Path, default=PROJECT_ROOT / "runs")
+    p.set_defaults(handler=cmd_runs)
+
+
+class StepProgress:
+    """A text progress bar on stderr (one line redrawn on a terminal, plain lines otherwise)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, max(total, 1), 0
+        self.tty = sys.stderr.isatty()
+
+    def advance(self, note: str = "") -> None:
+        self.done += 1
+        filled = int(30 * self.done / self.total)
+        line = f"{self.label:<12} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {note}"
+        sys.stderr.write(("\r" + line[:110].ljust(110)) if self.tty else line + "\n")
+        if self.tty and self.done >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Write then rename, so a killed run never leaves half a file where a finished one is expected."""
+    tmp = path.with_suffix(path.suffix + ".part")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import contextlib
+    import time
+    from datetime import datetime, timezone
+
+    from agent.runindex import RunIndex
+    from calibration.cross_sensor import measure_cross_sensor_offsets
+    from calibration.records import record_from_calibration, save_record
+    from chamber import open_chamber
+    from protocols.claims import load_claims
+    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
+
+    started = time.monotonic()
+    if args.resume:
+        run_dir = args.resume.resolve()
+        if not run_dir.is_dir():
+            raise CliError(f"--resume: {run_dir} is not a run directory")
+        run_id = run_dir.name
+    else:
+        run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        run_dir = (args.runs_dir / run_id).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
+    index = RunIndex(args.runs_dir.resolve() / "index.sqlite")
+    index.start_run(run_id, run_dir, _utc_now(), backend)
+    claims = list(load_claims().values())
+    summary: dict[str, Any] = {"run_id": run_id, "run_dir": str(run_dir), "backend": backend}
+    status = "failed"
+    try:
+        with contextlib.ExitStack() as stack:
+            urls = list(args.port or [])
+            if not urls:
+                from simulator.board import running_board
+
+                for kind in ("wt", "lt"):
+                    board = stack.enter_context(running_board(kind, transport="pty", seed=args.seed))
+                    urls.append(board.url)
+                    progress(args, f"emulated {kind} board on {board.url}")
+            chambers: dict[str, Any] = {}
+            for url in urls:
+                c = open_chamber(url, backend="serial")
+                stack.callback(c.close)
+                chambers[c.layout.chamber] = c
+                progress(args, f"connected {c.layout.chamber} ({c.config}, {c.layout.row_length} variables) on {url}")
+
+            calibration = None
+            if "wt" in chambers:
+                progress(args, "calibrating the four DPS310s: fans off, OSR 8")
+                calibration = measure_cross_sensor_offsets(chambers["wt"], n=args.rows)
+                save_record(record_from_calibration(calibration, date=datetime.now(timezone.utc)),
+                            run_dir / "calibration.json")
+
+            bar = StepProgress("checks", len(claims))
+            results = run_checks(claims, chambers, rows=args.rows, calibration=calibration,
+                                 report=lambda m: bar.advance(m) if m.startswith("[") else None)
+            checks = [r.to_dict() for r in results]
+            _write_json(run_dir / "checks.json", {"results": checks})
+            for r in checks:
+                index.record_verdict(run_id, r)
+            summary["verdicts"] = _count(r["verdict"] for r in checks)
+
+            summary["sweep"] = _run_sweep(results, run_dir, sweep, write_sweep_csv, plot_sweep)
+            _write_json(run_dir / "link.json", {k: c.link_stats() for k, c in chambers.items()})
+            summary["link"] = {k: c.link_stats() for k, c in chambers.items()}
+
+            if not args.no_agent:
+                summary["agent"] = _run_agent(args, claims, chambers, run_dir, run_id, index, stack)
+        summary["report"] = _write_report(run_dir, summary)
+        status = "finished"
+    finally:
+        summary["seconds"] = round(time.monotonic() - started, 1)
+        index.finish_run(run_id, _utc_now(), status, summary)
+        index.close()
+    emit(args, summary, _render_run_summary)
+    return 0
+
+
+def _count(items: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[str(item)] = counts.get(str(item), 0) + 1
+    return counts
+
+
+def _run_sweep(results: list[Any], run_dir: Path, sweep: Any, write_csv: Any, plot: Any) -> dict[str, Any]:
+    """The perturbation sweep on the live operating-range reading (held fixed, the upper bound moved)."""
+    live = next((r for r in results if r.claim.id == "dps310-operating-range"), None)
+    if live is None or live.measurement is None or live.measurement.value is None:
+        return {"skipped": "no live operating-range measurement"}
+    m = live.measurement
+    result = sweep(live.claim, m.value, m.u, unit=m.unit, steps=41, dof=m.dof)
+    _write_json(run_dir / "sweep.json", result.to_dict())
+    write_csv(result, run_dir / "sweep.csv")
+    plot(result, run_dir / "sweep.png")
+    d = result.to_dict()
+    flips = [row["bound"] for a, row in zip(d["rows"], d["rows"][1:]) if a["verdict"] != row["verdict"]]
+    return {"claim_id": d["claim_id"], "measured": d["measured"], "combined_uncertainty": d["combined_uncertainty"],
+            "verdict_changes_at": flips, "figure": str(run_dir / "sweep.png")}
+
+
+def _run_agent(args: argparse.Namespace, claims: list[Any], chambers: dict[str, Any], run_dir: Path, run_id: str,
+               index: Any, stack: Any) -> dict[str, Any]:
+    """The scripted (or real) agent on every claim whose datasheet is present; finished cells are kept."""
+    import time
+
+    import httpx
+
+    from agent.chamber_client import ChamberClient
+    from agent.loop import run_cell
+    from agent.models import client_for
+    from agent.record import validate_record
+
+    datasheets = shared_dir() / "datasheets"
+    wanted = claims if args.claims == "all" else [c for c in claims if c.id in set(args.claims.split(","))]
+    runnable = [c for c in wanted if (datasheets / c.identity.filename).exists()]
+    skipped = sorted({c.identity.filename for c in wanted} - {c.identity.filename for c in runnable})
+    if skipped:
+        progress(args, f"agent: datasheets not found in {datasheets}: {', '.join(skipped)} — "
+                       "get them with `python bench_cli.py datasheet fetch --all --dir DIR` and set CHAMBERLAB_SHARED")
+    cells_dir = run_dir / "cells"
+    cells_dir.mkdir(exist_ok=True)
+    api_url = _start_chamber_api(chambers, run_dir, stack)
+    http = stack.enter_context(httpx.Client(base_url=api_url, timeout=120.0)) if api_url else None
+    model = client_for(args.model, os.environ)
+    bar = StepProgress("agent", len(runnable))
+    outcomes: dict[str, int] = {}
+    resumed = 0
+    for claim in runnable:
+        cell_id = f"{args.model.replace(':', '-').replace('/', '-')}.{claim.id}"
+        record = cells_dir / f"{cell_id}.jsonl"
+        if record.exists():
+            try:
+                validate_record(record)
+                resumed += 1
+                bar.advance(f"{claim.id} (kept)")
+                continue
+            except Exception:  # an unfinished cell from a killed run: run it again from scratch
+                record.unlink()
+        result = run_cell(claim, model=model, datasheet=datasheets / claim.identity.filename, record_dir=cells_dir,
+                          clock=time.time, chamber=ChamberClient(http) if http else None, run_id=cell_id,
+                          sleep=time.sleep)
+        outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+        index.record_cell(run_id, cell_id, claim.id, args.model, result.outcome, str(result.record))
+        bar.advance(f"{claim.id}: {result.outcome}")
+    scores = _score_cells(cells_dir, run_dir)
+    return {"model": args.model, "cells": len(runnable), "kept_from_earlier": resumed, "outcomes": outcomes,
+            "skipped_datasheets": skipped, "phase_two": bool(api_url), **scores}
+
+
+def _start_chamber_api(chambers: dict[str, Any], run_dir: Path, stack: Any) -> str | None:
+    """The chamber tools API on 127.0.0.1 over the connected chambers; None when the service is unavailable."""
+    try:
+        from protocols.api.server import running_api
+    except ImportError:
+        return None
+    return stack.enter_context(running_api(chambers, record_dir=run_dir / "api"))
+
+
+def _score_cells(cells_dir: Path, run_dir: Path) -> dict[str, Any]:
+    try:
+        from agent.scoring import score_paths
+    except ImportError:
+        return {"scores": "scoring unavailable"}
+    scores = score_paths([cells_dir])
+    _write_json(run_dir / "scores.json", scores)
+    return {"fidelity_and_flags": scores.get("summary", {})}
+
+
+def _write_report(run_dir: Path, summary: dict[str, Any]) -> str | None:
+    _write_json(run_dir / "summary.json", summary)
+    try:
+        from agent.scoring import write_report
+    except ImportError:
+        return None
+    return str(write_report(run_dir))
+
+
+def _render_run_summary(d: dict[str, Any]) -> str:
+    lines = ["", f"run {d['run_id']} ({d['backend']}) in {d.get('seconds', '?')} s"]
+    if "verdicts" in d:
+        lines.append("verdicts:   " + ", ".join(f"{k} {v}" for k, v in sorted(d["verdicts"].items())))
+    s = d.get("sweep") or {}
+    if "measured" in s:
+        m = s["measured"]
+        lines.append(f"sweep:      {s['claim_id']} measured {m['value']} ± {m['u']} {m['unit']}, "
+                     f"c = {s['combined_uncertainty']}; verdict changes at bounds {', '.join(s['verdict_changes_at'])}")
+    for kind, counters in (d.get("link") or {}).items():
+        lines.append(f"link {kind}:    " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+    a = d.get("agent")
+    if a:
+        lines.append(f"agent:      {a['model']} on {a['cells']} claims ({a['kept_from_earlier']} kept from before): "
+                     + ", ".join(f"{k} {v}" for k, v in a["outcomes"].items()))
+        if a.get("skipped_datasheets"):
+            lines.append(f"            skipped (no datasheet): {', '.join(a['skipped_datasheets'])}")
+        fs = a.get("fidelity_and_flags")
+        if isinstance(fs, dict) and fs:
+            lines.append("scores:     " + ", ".join(f"{k} {v}" for k, v in fs.items() if not isinstance(v, (dict, list))))
+    lines.append(f"results:    {d['run_dir']}")
+    lines.append(f"report:     {d.get('report') or Path(d['run_dir']) / 'summary.json'}")
+    return "\n".join(lines)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from agent.runindex import RunIndex
+
+    path = args.runs_dir.resolve() / "index.sqlite"
+    if not path.exists():
+        emit(args, {"runs": []}, lambda d: f"no runs yet (index {path} does not exist)")
+        return 0
+    with RunIndex(path) as index:
+        runs = [dict(r.__dict__) for r in index.runs()]
+
+    def render(d: dict[str, Any]) -> str:
+        lines = [f"{'run':<18} {'status':<9} {'backend':<26} verdicts"]
+        for r in d["runs"]:
+            v = r["summary"].get("verdicts", {})
+            lines.append(f"{r['run_id']:<18} {r['status']:<9} {r['backend'][:26]:<26} "
+                         + ", ".join(f"{k} {n}" for k, n in sorted(v.items())))
+        return "\n".join(lines)
+
+    emit(args, {"runs": runs}, render)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- section: station
+def add_station_commands(sub: argparse._SubParsersAction) -> None:
+    """`station check STATION_FILE`: each instrument's *IDN? and certificate against the station file."""
+    station = sub.add_parser("station", help="lab instruments wired to the chambers' sensors")
+    station_sub = station.add_subparsers(dest="station_command", required=True)
+    p = command(station_sub, "check", "open every instrument of a station file and check its *IDN? and certificate")
+    p.add_argument("station_file")
+    p.add_argument("--claims", action="store_true", help="also list which claims the station makes gradable")
+    p.set_defaults(handler=cmd_station_check)
+
+
+def open_station_from_args(args: argparse.Namespace) -> Any:
+    """The opened station of --station (None without it); StationError names the file or instrument."""
+    path = getattr(args, "station", None)
+    if not path:
+        return None
+    from chamber.instruments import open_station
+
+    progress(args, f"opening station {path}")
+    return open_station(Path(path))
+
+
+def cmd_station_check(args: argparse.Namespace) -> int:
+    from chamber.instruments import check_station
+
+    report = check_station(Path(args.station_file))
+    if args.claims and report["ok"]:
+        from chamber.instruments import open_station
+        from protocols.claims import load_claims
+        from protocols.instrument_protocols import gradable_envelope
+
+        with open_station(Path(args.station_file)) as station:
+            report["envelope"] = gradable_envelope(load_claims(), station)
+
+    def render(d: dict[str, Any]) -> str:
+        lines = [f"station {d['station']} ({d['backend']}): {'OK' if d['ok'] else 'NOT OK'}"]
+        for r in d["instruments"]:
+            status = "ok " if r["ok"] else "BAD"
+            lines.append(f"  {status} {r['name']:<16} {r['kind']:<22} {r['resource']:<18} "
+                         + (r["idn"] or "no *IDN? reply") + ("" if r["ok"] else f"\n      {r['error']}"))
+        for r in d["rails"]:
+            lines.append(f"  rail {r['name']}: {r['instrument']} -> {r['component']} ({r['chamber']}: "
+                         f"{', '.join(r['reads'])})")
+        for r in d["positions"]:
+            lines.append(f"  position {r['name']}: {r['instrument']} -> {r['component']} ({r['chamber']})")
+        for e in d.get("envelope", []):
+            mark = "gradable" if e["gradable_with_station"] else "not gradable"
+            lines.append(f"  {e['claim_id']:<36} {mark:<13} {e['note']}")
+        return "\n".join(lines)
+
+    emit(args, report, render)
+    return 0 if report["ok"] else 1
+
+
+# ----------------------------------------------------------------------------------------------- section: scoring
+def add_scoring_commands(sub: argparse._SubParsersAction) -> None:
+    """`score`, `import-archive`, `matrix`, `report`: the instruments over recorded cells (agent.scoring)."""
+    p = command(sub, "score", "score dispatch records / run folders / an imported archive offline")
+    p.add_argument("paths", nargs="+", type=Path, help="record files (.jsonl), run folders or import-archive output")
+    p.add_argument("--datasheets", type=Path, default=None,
+                   help="folder of the datasheet PDFs for the source-grounding check (default: shared/datasheets)")
+    p.add_argument("--prices", type=Path, default=None, help="price table (JSON/YAML) for cost per cell")
+    p.add_argument("--no-grounding", action="store_true", help="skip the source-grounding search")
+    p.add_argument("--out", type=Path, default=None, help="also write the result here (e.g. RUN_DIR/scores.json)")
+    p.set_defaults(handler=_cmd_score)
+
+    p = command(sub, "import-archive", "convert the seed paper's archive so our instruments re-score it")
+    p.add_argument("archive", type=Path, help="the paper-archive folder (holding archive/ and data/)")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(handler=_cmd_import_archive)
+
+    p = command(sub, "matrix", "run models x claims x repeats x arms (resumable), then score the run folder")
+    p.add_argument("--models", required=True, help="comma-separated model specs (as for `extract --model`)")
+    p.add_argument("--claims", default="all", help="all | comma-separated claim ids")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--arms", default="normal", help="comma-separated: normal, withhold-navigation, "
+                   "withhold-crosscheck, closed-book, null-tool, wrong-content, single-pass")
+    p.add_argument("--out", type=Path, required=True, help="the run folder")
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--datasheets", type=Path, default=None, help="folder of the PDFs (default: shared/datasheets)")
+    p.add_argument("--prices", type=Path, default=None, help="price table (JSON/YAML) for cost per cell")
+    p.add_argument("--max-turns", type=int, default=30)
+    p.add_argument("--wall-s", type=float, default=900.0)
+    p.set_defaults(handler=_cmd_matrix)
+
+    p = command(sub, "report", "write RUN_DIR/report.md, report.html and figures from what the run folder holds")
+    p.add_argument("run_dir", type=Path)
+    p.set_defaults(handler=_cmd_report)
+
+
+def _datasheets_arg(args: argparse.Namespace) -> Path:
+    return args.datasheets or shared_dir() / "datasheets"
+
+
+def _render_score(d: dict[str, Any]) -> str:
+    lines = [f"{c['run_id']}: {c['outcome']} fidelity={c['fidelity'].get('passed')} flags={','.join(c['flags']) or '-'}"
+             for c in d["cells"][:200]]
+    if len(d["cells"]) > 200:
+        lines.append(f"... {len(d['cells']) - 200} more cells (use --json)")
+    s = d["summary"]
+    lines.append(f"cells {s['cells']}, fidelity passed {s['fidelity_passed']}, flagged {s['flagged']}")
+    for key in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total", "clean_cells_flagged", "kappa"):
+        if key in s:
+            lines.append(f"{key}: {s[key]}")
+    return "\n".join(lines)
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from agent.scoring.pricing import load_price_table
+    from agent.scoring.score import score_paths
+
+    prices = load_price_table(args.prices) if args.prices else None
+    ds = _datasheets_arg(args)
+    data = score_paths(args.paths, datasheets_dir=ds if ds.exists() else None, prices=prices,
+                       ground=not args.no_grounding)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, default=_json_default), encoding="utf-8")
+    emit(args, data, _render_score)
+    return 0
+
+
+def _cmd_import_archive(args: argparse.Namespace) -> int:
+    from agent.scoring.archive import import_archive
+
+    manifest = import_archive(args.archive, args.out)
+    emit(args, manifest, lambda d: f"imported {d['cells']} cells into {args.out}: {d['by_role']}")
+    return 0
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    import time
+
+    from agent.loop import Budget
+    from agent.models import client_for
+    from agent.scoring.arms import ARMS
+    from agent.scoring.matrix import plan, run_matrix
+    from agent.scoring.pricing import load_price_table
+    from agent.scoring.score import score_paths
+    from protocols.claims import load_claims
+
+    claims = load_claims()
+    ids = list(claims) if args.claims == "all" else [c.strip() for c in args.claims.split(",") if c.strip()]
+    unknown = [c for c in ids if c not in claims]
+    if unknown:
+        raise CliError(f"unknown claim id(s) {unknown}")
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    bad = [a for a in arms if a not in ARMS]
+    if bad:
+        raise CliError(f"unknown arm(s) {bad}; known: {', '.join(ARMS)}")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for m in models:  # fail before any cell runs when a key is missing
+        client_for(m, os.environ)
+    prices = load_price_table(args.prices) if args.prices else None
+    ds = _datasheets_arg(args)
+    if not ds.exists():
+        raise CliError(f"datasheet folder {ds} not found (give --datasheets or set CHAMBERLAB_SHARED)")
+    run = run_matrix(plan(models, ids, args.repeats, arms), claims=claims, out=args.out, datasheets_dir=ds,
+                     client_factory=lambda spec: client_for(spec, os.environ), clock=time.time,
+                     concurrency=args.concurrency, budget=Budget(max_turns=args.max_turns, wall_s=args.wall_s),
+                     sleep=time.sleep, progress=lambda m: progress(args, m))
+    scores = score_paths([args.out], claims=claims, datasheets_dir=ds, prices=prices)
+    (args.out / "scores.json").write_text(json.dumps(scores, default=_json_default), encoding="utf-8")
+    data = {"run": run, "summary": scores["summary"], "out": str(args.out)}
+    emit(args, data, lambda d: f"{d['run']}\nscores: {d['out']}/scores.json; flagged {d['summary']['flagged']}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from agent.scoring.report import write_report
+
+    path = write_report(args.run_dir)
+    data = {"report": str(path), "html": str(path.with_suffix(".html")),
+            "figures": sorted(str(p) for p in (args.run_dir / "figures").glob("*.png"))}
+    emit(args, data, lambda d: f"wrote {d['report']} and {d['html']} ({len(d['figures'])} figures)")
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------- main
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_run_commands,
+    add_verdict_commands,
     add_sim_commands,
     add_chamber_commands,
+    add_datasheet_commands,
+    add_extract_commands,
+    add_serve_commands,
+    add_station_commands,
+    add_scoring_commands,
 ]
 
 

@@ -1,0 +1,126 @@
+"""An SQLite index of runs and their cells, so results from many runs can be listed and reported together.
+
+Why SQLite: it is embedded (no server to start), ships with Python, and one file beside the run directories is
+enough to answer "which runs exist, what did each grade and extract". The run directories stay the source of
+truth (records, checks, figures); the index only points at them and can be rebuilt from them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    run_dir TEXT NOT NULL,
+    started TEXT NOT NULL,
+    finished TEXT,
+    backend TEXT NOT NULL,
+    status TEXT NOT NULL,
+    summary TEXT
+);
+CREATE TABLE IF NOT EXISTS cells (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    cell_id TEXT NOT NULL,
+    claim_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    outcome TEXT,
+    fidelity TEXT,
+    flags TEXT,
+    record TEXT,
+    PRIMARY KEY (run_id, cell_id)
+);
+CREATE TABLE IF NOT EXISTS verdicts (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    claim_id TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    class TEXT,
+    value TEXT,
+    u TEXT,
+    unit TEXT,
+    PRIMARY KEY (run_id, claim_id)
+);
+"""
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    run_dir: str
+    started: str
+    finished: str | None
+    backend: str
+    status: str
+    summary: dict[str, Any]
+
+
+class RunIndex:
+    """The index file; every write commits at once so a killed run leaves a consistent index."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(str(path))
+        self._db.executescript(SCHEMA)
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "RunIndex":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start_run(self, run_id: str, run_dir: Path, started: str, backend: str) -> None:
+        self._db.execute(
+            "INSERT INTO runs (run_id, run_dir, started, backend, status) VALUES (?, ?, ?, ?, 'running') "
+            "ON CONFLICT(run_id) DO UPDATE SET status='running', finished=NULL",
+            (run_id, str(run_dir), started, backend),
+        )
+        self._db.commit()
+
+    def finish_run(self, run_id: str, finished: str, status: str, summary: dict[str, Any]) -> None:
+        self._db.execute("UPDATE runs SET finished=?, status=?, summary=? WHERE run_id=?",
+                         (finished, status, json.dumps(summary), run_id))
+        self._db.commit()
+
+    def record_verdict(self, run_id: str, result: dict[str, Any]) -> None:
+        m = result.get("measured") or {}
+        self._db.execute(
+            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, result["claim_id"], result["verdict"], result.get("class"), m.get("value"), m.get("u"),
+             m.get("unit")),
+        )
+        self._db.commit()
+
+    def record_cell(self, run_id: str, cell_id: str, claim_id: str, model: str, outcome: str | None,
+                    record: str | None, fidelity: str | None = None, flags: list[str] | None = None) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, cell_id, claim_id, model, outcome, fidelity, json.dumps(flags or []), record),
+        )
+        self._db.commit()
+
+    def runs(self) -> Iterator[RunRow]:
+        for row in self._db.execute(
+            "SELECT run_id, run_dir, started, finished, backend, status, summary FROM runs ORDER BY started"
+        ):
+            yield RunRow(*row[:6], summary=json.loads(row[6]) if row[6] else {})
+
+    def cells(self, run_id: str) -> list[dict[str, Any]]:
+        cur = self._db.execute(
+            "SELECT cell_id, claim_id, model, outcome, fidelity, flags, record FROM cells WHERE run_id=? "
+            "ORDER BY cell_id", (run_id,))
+        return [dict(zip(("cell_id", "claim_id", "model", "outcome", "fidelity", "flags", "record"), r[:6] + (r[6],)))
+                | {"flags": json.loads(r[5])} for r in cur]
+
+    def verdicts(self, run_id: str) -> list[dict[str, Any]]:
+        cur = self._db.execute("SELECT claim_id, verdict, class, value, u, unit FROM verdicts WHERE run_id=? "
+                               "ORDER BY claim_id", (run_id,))
+        return [dict(zip(("claim_id", "verdict", "class", "value", "u", "unit"), r)) for r in cur]
