@@ -772,6 +772,8 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)")
     p.add_argument("--runs-dir", type=Path, default=PROJECT_ROOT / "runs", help="where run directories go")
     p.add_argument("--resume", type=Path, default=None, help="resume this run directory (finished cells kept)")
+    p.add_argument("--new", action="store_true",
+                   help="start a new run even if the last one was interrupted (default: resume it)")
     p.add_argument("--rows", type=int, default=200, help="rows per measurement")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated boards")
     p.add_argument("--claims", default="all", help="all, or comma-separated claim ids for the agent")
@@ -827,17 +829,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from protocols.sweep import plot_sweep, sweep, write_sweep_csv
 
     started = time.monotonic()
-    if args.resume:
-        run_dir = args.resume.resolve()
+    backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
+    index = RunIndex(args.runs_dir.resolve() / "index.sqlite")
+    resume = args.resume or (None if args.new else _interrupted_run(index, backend))
+    if resume:
+        run_dir = Path(resume).resolve()
         if not run_dir.is_dir():
+            index.close()
             raise CliError(f"--resume: {run_dir} is not a run directory")
         run_id = run_dir.name
+        progress(args, f"resuming run {run_id} (finished agent cells are kept; --new starts afresh)")
     else:
         run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         run_dir = (args.runs_dir / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
-    index = RunIndex(args.runs_dir.resolve() / "index.sqlite")
     index.start_run(run_id, run_dir, _utc_now(), backend)
     claims = list(load_claims().values())
     summary: dict[str, Any] = {"run_id": run_id, "run_dir": str(run_dir), "backend": backend}
@@ -891,6 +896,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupted_run(index: Any, backend: str) -> Path | None:
+    """The newest run on the same backend that did not finish (killed or failed) and whose folder still exists."""
+    for row in reversed(list(index.runs())):
+        if row.backend != backend:
+            continue
+        if row.status != "finished" and Path(row.run_dir).is_dir():
+            return Path(row.run_dir)
+        return None
+    return None
+
+
 def _count(items: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     for item in items:
@@ -909,7 +925,8 @@ def _run_sweep(results: list[Any], run_dir: Path, sweep: Any, write_csv: Any, pl
     write_csv(result, run_dir / "sweep.csv")
     plot(result, run_dir / "sweep.png")
     d = result.to_dict()
-    flips = [row["bound"] for a, row in zip(d["rows"], d["rows"][1:]) if a["verdict"] != row["verdict"]]
+    # Where the verdict changes: the exact flip points m ± c (closed band: inconclusive at the point itself).
+    flips = d["flip_points"]
     return {"claim_id": d["claim_id"], "measured": d["measured"], "combined_uncertainty": d["combined_uncertainty"],
             "verdict_changes_at": flips, "figure": str(run_dir / "sweep.png")}
 
@@ -963,31 +980,25 @@ def _run_agent(args: argparse.Namespace, claims: list[Any], chambers: dict[str, 
             "skipped_datasheets": skipped, "phase_two": bool(api_url), **scores}
 
 
-def _start_chamber_api(chambers: dict[str, Any], run_dir: Path, stack: Any) -> str | None:
-    """The chamber tools API on 127.0.0.1 over the connected chambers; None when the service is unavailable."""
-    try:
-        from protocols.api.server import running_api
-    except ImportError:
-        return None
+def _start_chamber_api(chambers: dict[str, Any], run_dir: Path, stack: Any) -> str:
+    """The chamber tools API on 127.0.0.1 over the connected chambers, for the agent's phase two."""
+    from protocols.api.server import running_api
+
     return stack.enter_context(running_api(chambers, record_dir=run_dir / "api"))
 
 
 def _score_cells(cells_dir: Path, run_dir: Path) -> dict[str, Any]:
-    try:
-        from agent.scoring import score_paths
-    except ImportError:
-        return {"scores": "scoring unavailable"}
-    scores = score_paths([cells_dir])
+    from agent.scoring.score import score_paths
+
+    scores = score_paths([cells_dir], datasheets_dir=shared_dir() / "datasheets")
     _write_json(run_dir / "scores.json", scores)
     return {"fidelity_and_flags": scores.get("summary", {})}
 
 
 def _write_report(run_dir: Path, summary: dict[str, Any]) -> str | None:
+    from agent.scoring.report import write_report
+
     _write_json(run_dir / "summary.json", summary)
-    try:
-        from agent.scoring import write_report
-    except ImportError:
-        return None
     return str(write_report(run_dir))
 
 
