@@ -120,3 +120,22 @@ def test_new_starts_a_fresh_run_after_an_interrupted_one(tmp_path: Path, flag: s
     out = _run("run", "--runs-dir", str(tmp_path), "--no-agent", flag, "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["run_id"] != old.name
+
+
+def test_report_leads_with_the_headline_and_html_has_real_tables(tmp_path: Path):
+    from agent.scoring.report import write_report
+
+    (tmp_path / "checks.json").write_text(json.dumps({"results": [
+        {"claim_id": "x-inconclusive", "verdict": "inconclusive", "class": "engagement-only", "measured": None,
+         "reason": "not staged"},
+        {"claim_id": "x-pass", "verdict": "pass", "class": None, "distance": "-2.0", "combined_uncertainty": "0.5",
+         "measured": {"value": "1.0", "u": "0.5", "unit": "V"}, "reason": "inside"}]}))
+    report = write_report(tmp_path).read_text()
+    glance, rest = report.split("## Chamber verdicts", 1)
+    assert "x-pass: **pass**, 1.0 ± 0.5 V" in glance  # definitive verdicts are named in the headline
+    assert rest.index("| x-pass |") < rest.index("| x-inconclusive |")  # definitive rows first
+    assert "| — |" in rest  # nothing measured is a dash, not "None"
+    assert "None" not in rest.split("## Absent inputs")[0]
+    html = (tmp_path / "report.html").read_text()
+    assert "<table>" in html and "<td class='pass'>pass</td>" in html
+    assert "sweep.json" in report.split("## Absent inputs")[1]  # what was absent is said

@@ -131,12 +131,6 @@ def _fig_sweep(sweep: dict[str, Any], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join("" if x is None else str(x).replace("|", "/") for x in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def _scores(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
     data = _read_json(run_dir / "scores.json")
     if data is not None:
@@ -148,97 +142,198 @@ def _scores(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
     return None, "absent"
 
 
+# ------------------------------------------------------------------------------------------------ document model
+# The report is built once as a list of blocks and rendered twice (Markdown and HTML), so the two never disagree.
+Block = tuple  # ("h1"|"h2"|"p", text) | ("ul", [text]) | ("table", header, rows) | ("fig", caption, path)
+
+_VERDICT_ORDER = {"fail": 0, "pass": 1, "error": 2, "inconclusive": 3}
+
+
+def _dash(x: Any) -> str:
+    return "—" if x in (None, "", "None") else str(x)
+
+
+def _measured(r: dict[str, Any]) -> str:
+    m = r.get("measured") or {}
+    if m.get("value") is None:
+        return "—"
+    return f"{m['value']} ± {m.get('u')} {m.get('unit', '')}".strip()
+
+
+def _verdict_blocks(checks: dict[str, Any] | None, absent: list[str]) -> tuple[list[Block], list[str]]:
+    if checks is None:
+        absent.append("checks.json (no chamber verdicts)")
+        return [("h2", "Chamber verdicts"), ("p", "No chamber verdicts: checks.json is absent.")], []
+    res = sorted(checks.get("results") or [],
+                 key=lambda r: (_VERDICT_ORDER.get(r.get("verdict"), 9), str(r.get("class")), r.get("claim_id")))
+    counts = Counter(r.get("verdict") for r in res)
+    definitive = [f"{r['claim_id']}: **{r['verdict']}**, {_measured(r)} (distance {r.get('distance')}, "
+                  f"c = {r.get('combined_uncertainty')})" for r in res if r.get("verdict") in ("pass", "fail")]
+    headline = [f"Chamber: {len(res)} claims — " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
+    blocks: list[Block] = [
+        ("h2", "Chamber verdicts"),
+        ("p", "Pass: the claim holds with a margin larger than the combined uncertainty c = sqrt(u² + t²); fail: it is "
+              "violated by more than c; otherwise inconclusive, with the reason's class. Definitive verdicts first."),
+        ("table", ["claim", "verdict", "class", "measured ± u", "distance", "c", "reason"],
+         [[r.get("claim_id"), r.get("verdict"), _dash(r.get("class")), _measured(r), _dash(r.get("distance")),
+           _dash(r.get("combined_uncertainty")), str(r.get("reason", ""))[:140]] for r in res]),
+    ]
+    return blocks, headline + [f"  - {d}" for d in definitive]
+
+
+def _sweep_blocks(run_dir: Path, figs_dir: Path, absent: list[str]) -> tuple[list[Block], list[str]]:
+    sweep = _read_json(run_dir / "sweep.json")
+    if sweep is None:
+        absent.append("sweep.json")
+        return [("h2", "Perturbation sweep"), ("p", "No sweep: sweep.json is absent.")], []
+    meas = sweep.get("measured") or {}
+    flips = sweep.get("flip_points") or []
+    text = (f"{sweep.get('claim_id')}: the live measurement {meas.get('value')} ± {meas.get('u')} {meas.get('unit', '')} "
+            f"is held fixed while the stated bound moves through it. Combined uncertainty c = "
+            f"{sweep.get('combined_uncertainty')}; the verdict changes exactly at the bounds "
+            f"{', '.join(str(f) for f in flips) or '(none)'} (m ± c; the band is closed, so those points are "
+            f"inconclusive). {len(sweep.get('rows') or [])} steps: "
+            + ", ".join(f"{k} {v}" for k, v in Counter(r.get("verdict") for r in sweep.get("rows") or []).items()) + ".")
+    figure = run_dir / "sweep.png" if (run_dir / "sweep.png").exists() else _fig_sweep(sweep, figs_dir / "sweep.png")
+    blocks: list[Block] = [("h2", "Perturbation sweep"), ("p", text)]
+    if figure is not None:
+        blocks.append(("fig", "verdict as the stated bound moves through the measurement", figure))
+    return blocks, [f"Sweep: verdict changes at {', '.join(str(f) for f in flips)} (m ± c)"] if flips else []
+
+
+def _agent_blocks(run_dir: Path, figs_dir: Path, absent: list[str]) -> tuple[list[Block], list[str]]:
+    scores, how = _scores(run_dir)
+    if scores is None:
+        absent.append("scores.json and cells/ (no agent cells)")
+        return [("h2", "The agent"), ("p", "No agent cells were recorded in this run.")], []
+    rows = scores.get("cells") or []
+    s = scores.get("summary") or {}
+    fl = s.get("flagged") or {}
+    bound = f" (one-sided 95 % upper bound {fl['upper_95']:.3f} per {fl.get('unit', 'cell')})" \
+        if fl.get("count") == 0 and fl.get("upper_95") is not None else ""
+    summary = (f"{s.get('cells', len(rows))} cells; fidelity passed {s.get('fidelity_passed')}; "
+               f"engine errors {s.get('engine_errors')}; detector flags {fl.get('count', 0)} of {fl.get('n', 0)} "
+               f"fidelity-passing cells{bound}; by rule {s.get('flags_by_rule') or {}}.")
+    blocks: list[Block] = [("h2", "The agent"), ("p", f"{summary} Source: {how}.")]
+    archive = [f"{k}: {s[k]}" for k in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total",
+                                         "clean_cells_flagged", "kappa") if k in s]
+    if archive:
+        blocks.append(("ul", archive))
+    for caption, fn in (("fidelity per claim and model", _fig_fidelity), ("tool calls per cell by tool", _fig_tools),
+                        ("cost and latency per cell", _fig_cost), ("detector flags", _fig_flags)):
+        path = fn(rows, figs_dir / (caption.split()[0] + "_" + caption.split()[-1] + ".png"))
+        if path is not None:
+            blocks.append(("fig", caption, path))
+        else:
+            absent.append(f"figure '{caption}' (no data)")
+    shown = rows[:500]
+    blocks.append(("table", ["cell", "claim", "model", "arm", "outcome", "fidelity", "flags", "latency s", "cost"],
+                   [[r["run_id"], r["claim_id"], r["model"], r["arm"], r["outcome"], r["fidelity"].get("passed"),
+                     ", ".join(r["flags"]) or "—",
+                     f"{r['latency_s']:.1f}" if r.get("latency_s") is not None else "—",
+                     f"{r['cost']:.4f}" if r.get("cost") is not None else "—"] for r in shown]))
+    if len(rows) > len(shown):
+        blocks.append(("p", f"({len(rows) - len(shown)} more cells in scores.json)"))
+    headline = [f"Agent: fidelity {s.get('fidelity_passed')} of {s.get('cells', len(rows))} cells; "
+                f"detector flags {fl.get('count', 0)} of {fl.get('n', 0)}{bound}"]
+    return blocks, headline
+
+
+def _link_blocks(run_dir: Path, absent: list[str]) -> tuple[list[Block], list[str]]:
+    link = _read_json(run_dir / "link.json")
+    if link is None:
+        absent.append("link.json")
+        return [("h2", "Serial link"), ("p", "No link statistics: link.json is absent.")], []
+    names = sorted({k for counters in link.values() for k in (counters or {})})
+    trouble = sum(int((c or {}).get(k, 0)) for c in link.values()
+                  for k in ("resends", "crc_failures", "ack_timeouts", "duplicates", "unexpected", "reconnects"))
+    blocks: list[Block] = [("h2", "Serial link"),
+                           ("table", ["chamber", *names], [[ch, *[(c or {}).get(n, 0) for n in names]]
+                                                           for ch, c in link.items()])]
+    return blocks, [f"Serial link: {trouble} recovered faults (resends, CRC failures, ACK timeouts, duplicates, "
+                    f"unexpected segments, reconnects) over {len(link)} chamber(s)"]
+
+
+def _render_markdown(blocks: list[Block], run_dir: Path) -> str:
+    out: list[str] = []
+    for b in blocks:
+        kind = b[0]
+        if kind == "h1":
+            out += [f"# {b[1]}", ""]
+        elif kind == "h2":
+            out += [f"## {b[1]}", ""]
+        elif kind == "p":
+            out += [b[1], ""]
+        elif kind == "ul":
+            out += [f"- {item}" if not item.startswith("  ") else item for item in b[1]] + [""]
+        elif kind == "table":
+            out.append("| " + " | ".join(b[1]) + " |")
+            out.append("|" + "---|" * len(b[1]))
+            out += ["| " + " | ".join(_dash(x).replace("|", "/") for x in row) + " |" for row in b[2]]
+            out.append("")
+        elif kind == "fig":
+            out += [f"![{b[1]}]({Path(b[2]).relative_to(run_dir)})", ""]
+    return "\n".join(out)
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;"
+        "text-align:left;vertical-align:top}th{background:#f3f3f3}figure{margin:1em 0}img{max-width:100%}"
+        "td.pass{background:#dff0d8}td.fail{background:#f2dede}td.inconclusive{background:#fcf8e3}"
+        "td.error{background:#e8e8e8}")
+
+
+def _inline_bold(text: str) -> str:
+    parts = html.escape(text).split("**")
+    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _render_html(blocks: list[Block], title: str) -> str:
+    body = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>"]
+    for b in blocks:
+        kind = b[0]
+        if kind in ("h1", "h2"):
+            body.append(f"<{kind}>{html.escape(b[1])}</{kind}>")
+        elif kind == "p":
+            body.append(f"<p>{_inline_bold(b[1])}</p>")
+        elif kind == "ul":
+            body.append("<ul>" + "".join(f"<li>{_inline_bold(i.strip())}</li>" for i in b[1]) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
+            rows = "".join("<tr>" + "".join(
+                f"<td class='{html.escape(str(x))}'>{html.escape(_dash(x))}</td>" for x in row) + "</tr>"
+                for row in b[2])
+            body.append(f"<table><tr>{head}</tr>{rows}</table>")
+        elif kind == "fig":
+            data = base64.b64encode(Path(b[2]).read_bytes()).decode("ascii")
+            body.append(f"<figure><img alt='{html.escape(b[1])}' src='data:image/png;base64,{data}'/>"
+                        f"<figcaption>{html.escape(b[1])}</figcaption></figure>")
+    body.append("</body></html>")
+    return "\n".join(body)
+
+
 def write_report(run_dir: Path) -> Path:
-    """Write RUN_DIR/report.md, RUN_DIR/report.html and figures under RUN_DIR/figures; returns report.md's path."""
+    """Write RUN_DIR/report.md, RUN_DIR/report.html (figures embedded) and RUN_DIR/figures/*.png; returns report.md.
+
+    Order is what a reader wants first: the headline (verdict counts, definitive verdicts, the sweep's flip
+    points, the agent's fidelity and flags, link health), then each part in detail, then what was absent.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run directory")
     figs_dir = run_dir / "figures"
     figs_dir.mkdir(exist_ok=True)
-    md: list[str] = [f"# Run report: {run_dir.name}", ""]
-    figures: list[tuple[str, Path]] = []
     absent: list[str] = []
-    scores, how = _scores(run_dir)
-    rows = (scores or {}).get("cells") or []
-    md += ["## Cells and detector", ""]
-    if scores is None:
-        absent.append("scores.json and cells/ (no cell to report)")
-        md.append("_No scored cells: scores.json and cells/ are absent._")
-    else:
-        s = scores.get("summary") or {}
-        md.append(f"Source: {how}. {s.get('cells', len(rows))} cells; fidelity passed {s.get('fidelity_passed')}; "
-                  f"engine errors {s.get('engine_errors')}.")
-        fl = s.get("flagged") or {}
-        if fl:
-            md.append(f"Detector: {fl.get('count')} of {fl.get('n')} {fl.get('unit')} flagged"
-                      + (f" (one-sided 95 % upper bound {fl['upper_95']:.4f})" if fl.get("upper_95") is not None else "")
-                      + f"; by rule {s.get('flags_by_rule')}.")
-        for key in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total", "clean_cells_flagged",
-                    "kappa"):
-            if key in s:
-                md.append(f"- {key}: {s[key]}")
-        md += ["", _table(["run", "claim", "model", "arm", "outcome", "fidelity", "flags", "latency s", "cost"],
-                          [[r["run_id"], r["claim_id"], r["model"], r["arm"], r["outcome"],
-                            r["fidelity"].get("passed"), ",".join(r["flags"]),
-                            f"{r['latency_s']:.1f}" if r.get("latency_s") is not None else None,
-                            f"{r['cost']:.4f}" if r.get("cost") is not None else None] for r in rows[:500]]), ""]
-        if len(rows) > 500:
-            md.append(f"_({len(rows) - 500} more cells in scores.json)_")
-        for name, fn in (("fidelity per claim and model", _fig_fidelity), ("tool calls per cell by tool", _fig_tools),
-                         ("cost and latency per cell", _fig_cost), ("detector flags", _fig_flags)):
-            p = fn(rows, figs_dir / (name.split()[0] + "_" + name.split()[-1] + ".png"))
-            if p is not None:
-                figures.append((name, p))
-            else:
-                absent.append(f"figure '{name}' (no data)")
-    checks = _read_json(run_dir / "checks.json")
-    md += ["## Verdicts", ""]
-    if checks is None:
-        absent.append("checks.json")
-        md.append("_checks.json is absent: no chamber verdicts._")
-    else:
-        res = checks.get("results") or []
-        md.append(_table(["claim", "verdict", "class", "measured", "u", "distance", "combined u", "reason"],
-                         [[r.get("claim_id"), r.get("verdict"), r.get("class"),
-                           f"{(r.get('measured') or {}).get('value')} {(r.get('measured') or {}).get('unit', '')}",
-                           (r.get("measured") or {}).get("u"), r.get("distance"), r.get("combined_uncertainty"),
-                           str(r.get("reason", ""))[:120]] for r in res]))
-        md.append(f"\nVerdicts: {dict(Counter(r.get('verdict') for r in res))}")
-    md += ["", "## Sweep", ""]
-    sweep = _read_json(run_dir / "sweep.json")
-    if sweep is None:
-        absent.append("sweep.json")
-        md.append("_sweep.json is absent._")
-    else:
-        meas = sweep.get("measured") or {}
-        md.append(f"Claim {sweep.get('claim_id')}: measured {meas.get('value')} ± {meas.get('u')} {meas.get('unit', '')}, "
-                  f"combined uncertainty {sweep.get('combined_uncertainty')}; {len(sweep.get('rows') or [])} rows, "
-                  f"verdicts {dict(Counter(r.get('verdict') for r in sweep.get('rows') or []))}.")
-        p = _fig_sweep(sweep, figs_dir / "sweep.png")
-        if p is not None:
-            figures.append(("sweep", p))
-    if (run_dir / "sweep.png").exists():
-        figures.append(("sweep (as written by the run)", run_dir / "sweep.png"))
-    link = _read_json(run_dir / "link.json")
-    md += ["", "## Link counters", ""]
-    if link is None:
-        absent.append("link.json")
-        md.append("_link.json is absent._")
-    else:
-        for chamber, counters in link.items():
-            md.append(f"- {chamber}: " + ", ".join(f"{k} {v}" for k, v in (counters or {}).items()))
-    md += ["", "## Figures", ""]
-    for name, p in figures:
-        md.append(f"![{name}]({p.relative_to(run_dir)})")
-    md += ["", "## Absent inputs", ""] + ([f"- {a}" for a in absent] or ["- none"])
+    verdicts, h1 = _verdict_blocks(_read_json(run_dir / "checks.json"), absent)
+    sweep, h2 = _sweep_blocks(run_dir, figs_dir, absent)
+    agent, h3 = _agent_blocks(run_dir, figs_dir, absent)
+    link, h4 = _link_blocks(run_dir, absent)
+    title = f"Run report: {run_dir.name}"
+    blocks: list[Block] = [("h1", title), ("h2", "At a glance"), ("ul", h1 + h2 + h3 + h4 or ["(nothing recorded)"])]
+    blocks += verdicts + sweep + agent + link
+    blocks += [("h2", "Absent inputs"), ("ul", absent or ["none"])]
     report = run_dir / "report.md"
-    report.write_text("\n".join(md) + "\n", encoding="utf-8")
-    body = ["<!doctype html><html><head><meta charset='utf-8'><title>Run report</title></head><body>",
-            "<pre style='white-space:pre-wrap'>" + html.escape("\n".join(md)) + "</pre>"]
-    for name, p in figures:
-        data = base64.b64encode(p.read_bytes()).decode("ascii")
-        body.append(f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{data}'/>"
-                    f"<figcaption>{html.escape(name)}</figcaption></figure>")
-    body.append("</body></html>")
-    (run_dir / "report.html").write_text("\n".join(body), encoding="utf-8")
+    report.write_text(_render_markdown(blocks, run_dir), encoding="utf-8")
+    (run_dir / "report.html").write_text(_render_html(blocks, title), encoding="utf-8")
     return report
