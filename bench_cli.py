@@ -778,6 +778,9 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated boards")
     p.add_argument("--claims", default="all", help="all, or comma-separated claim ids for the agent")
     p.add_argument("--no-agent", action="store_true", help="skip the agent (chamber part only)")
+    p.add_argument("--station", default=None, metavar="STATION_FILE",
+                   help="lab instruments to grade with as well (default with emulated boards: the simulated station)")
+    p.add_argument("--no-station", action="store_true", help="grade with the chamber alone")
     p.set_defaults(handler=cmd_run)
 
     p = command(sub, "runs", "list runs recorded in the index (runs/index.sqlite)")
@@ -881,6 +884,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             summary["verdicts"] = _count(r["verdict"] for r in checks)
 
             summary["sweep"] = _run_sweep(results, run_dir, sweep, write_sweep_csv, plot_sweep)
+            station_file = None if args.no_station else (
+                args.station or (None if args.port else str(_sim_station_file())))
+            if station_file:
+                summary["station"] = _run_station_checks(args, station_file, claims, chambers, calibration, run_dir)
             _write_json(run_dir / "link.json", {k: c.link_stats() for k, c in chambers.items()})
             summary["link"] = {k: c.link_stats() for k, c in chambers.items()}
 
@@ -894,6 +901,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         index.close()
     emit(args, summary, _render_run_summary)
     return 0
+
+
+def _sim_station_file() -> Path:
+    from chamber.instruments import sim_station_file
+
+    return sim_station_file()
+
+
+def _run_station_checks(args: argparse.Namespace, station_file: str, claims: list[Any], chambers: dict[str, Any],
+                        calibration: Any, run_dir: Path) -> dict[str, Any]:
+    """Grade again with the instrument station: which claims become definitive, and the gradable envelope."""
+    from chamber.instruments import open_station
+    from protocols.instrument_protocols import gradable_envelope
+
+    progress(args, f"opening instrument station {station_file}")
+    with open_station(Path(station_file)) as station:
+        bar = StepProgress("station", len(claims))
+        results = run_checks(claims, chambers, rows=args.rows, calibration=calibration, station=station,
+                             report=lambda m: bar.advance(m) if m.startswith("[") else None)
+        envelope = gradable_envelope(claims, station)
+    checks = [r.to_dict() for r in results]
+    _write_json(run_dir / "station_checks.json", {"station": station_file, "results": checks, "envelope": envelope})
+    definitive = [r["claim_id"] for r in checks if r["verdict"] in ("pass", "fail")]
+    return {"file": station_file, "verdicts": _count(r["verdict"] for r in checks), "definitive": definitive}
 
 
 def _interrupted_run(index: Any, backend: str) -> Path | None:
@@ -1011,6 +1042,10 @@ def _render_run_summary(d: dict[str, Any]) -> str:
         m = s["measured"]
         lines.append(f"sweep:      {s['claim_id']} measured {m['value']} ± {m['u']} {m['unit']}, "
                      f"c = {s['combined_uncertainty']}; verdict changes at bounds {', '.join(s['verdict_changes_at'])}")
+    st = d.get("station")
+    if st:
+        lines.append(f"station:    {len(st['definitive'])} definitive with instruments ("
+                     + ", ".join(f"{k} {v}" for k, v in sorted(st["verdicts"].items())) + ")")
     for kind, counters in (d.get("link") or {}).items():
         lines.append(f"link {kind}:    " + ", ".join(f"{k} {v}" for k, v in counters.items()))
     a = d.get("agent")

@@ -150,7 +150,14 @@ _VERDICT_ORDER = {"fail": 0, "pass": 1, "error": 2, "inconclusive": 3}
 
 
 def _dash(x: Any) -> str:
-    return "—" if x in (None, "", "None") else str(x)
+    """Table cell text: a dash for nothing; an exact decimal too long to read (an irrational c carried to 50
+    digits by the verdict) shortened to 8 significant digits and marked with an ellipsis."""
+    if x in (None, "", "None"):
+        return "—"
+    text = str(x)
+    if len(text) > 16 and text.replace(".", "", 1).lstrip("-").isdigit():
+        return f"{float(text):.8g}…"
+    return text
 
 
 def _measured(r: dict[str, Any]) -> str:
@@ -237,6 +244,33 @@ def _agent_blocks(run_dir: Path, figs_dir: Path, absent: list[str]) -> tuple[lis
     headline = [f"Agent: fidelity {s.get('fidelity_passed')} of {s.get('cells', len(rows))} cells; "
                 f"detector flags {fl.get('count', 0)} of {fl.get('n', 0)}{bound}"]
     return blocks, headline
+
+
+def _station_blocks(run_dir: Path) -> tuple[list[Block], list[str]]:
+    """With lab instruments: the claims that become definitive, and for the others what would make them gradable."""
+    data = _read_json(run_dir / "station_checks.json")
+    if data is None:
+        return [], []  # grading with a station is optional; its absence is not a gap in the run
+    res = {r["claim_id"]: r for r in data.get("results") or []}
+    envelope = {e["claim_id"]: e for e in data.get("envelope") or []}
+    definitive = sorted((r for r in res.values() if r.get("verdict") in ("pass", "fail")), key=lambda r: r["claim_id"])
+    rest = sorted((e for cid, e in envelope.items() if res.get(cid, {}).get("verdict") not in ("pass", "fail")),
+                  key=lambda e: e["claim_id"])
+    blocks: list[Block] = [
+        ("h2", "With the instrument station"),
+        ("p", f"Station file {data.get('station')}: {len(definitive)} of {len(res)} claims get a definitive verdict "
+              "when lab instruments supply the stimulus, observable or reference the chamber lacks; each budget "
+              "includes the instrument's certificate uncertainty."),
+        ("table", ["claim", "verdict", "measured ± u", "distance", "c"],
+         [[r["claim_id"], r["verdict"], _measured(r), _dash(r.get("distance")), _dash(r.get("combined_uncertainty"))]
+          for r in definitive]),
+        ("p", "Still inconclusive, and what would make each gradable:"),
+        ("table", ["claim", "would need", "note"],
+         [[e["claim_id"], ", ".join(e.get("would_need") or []) or "—", str(e.get("note", ""))[:140]] for e in rest]),
+    ]
+    verdicts = Counter(r.get("verdict") for r in res.values())
+    return blocks, [f"With instruments: {len(definitive)} definitive ("
+                    + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())) + ")"]
 
 
 def _link_blocks(run_dir: Path, absent: list[str]) -> tuple[list[Block], list[str]]:
@@ -328,10 +362,11 @@ def write_report(run_dir: Path) -> Path:
     verdicts, h1 = _verdict_blocks(_read_json(run_dir / "checks.json"), absent)
     sweep, h2 = _sweep_blocks(run_dir, figs_dir, absent)
     agent, h3 = _agent_blocks(run_dir, figs_dir, absent)
+    station, h5 = _station_blocks(run_dir)
     link, h4 = _link_blocks(run_dir, absent)
     title = f"Run report: {run_dir.name}"
-    blocks: list[Block] = [("h1", title), ("h2", "At a glance"), ("ul", h1 + h2 + h3 + h4 or ["(nothing recorded)"])]
-    blocks += verdicts + sweep + agent + link
+    blocks: list[Block] = [("h1", title), ("h2", "At a glance"), ("ul", h1 + h5 + h2 + h3 + h4 or ["(nothing recorded)"])]
+    blocks += verdicts + station + sweep + agent + link
     blocks += [("h2", "Absent inputs"), ("ul", absent or ["none"])]
     report = run_dir / "report.md"
     report.write_text(_render_markdown(blocks, run_dir), encoding="utf-8")
