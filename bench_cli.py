@@ -407,7 +407,9 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True,
                    help="scripted:<policy> | <anthropic model id> | openai:<model> | openai-compat:<base_url>#<model>")
     p.add_argument("--datasheet", type=Path, default=None, help="PDF (default: the claim's datasheet in shared/)")
-    p.add_argument("--chamber-url", default=None, help="chamber tools API base URL (omit: phase one only)")
+    p.add_argument("--chamber-url", default=None,
+                   help="chamber tools API base URL (default: an in-process service on the simulator)")
+    p.add_argument("--no-chamber", action="store_true", help="phase one only: no chamber tools")
     p.add_argument("--record", type=Path, default=Path("records"), help="folder for the JSONL record and blobs")
     p.add_argument("--max-turns", type=int, default=30)
     p.add_argument("--max-tokens", type=int, default=None, help="token budget for the cell (input + output)")
@@ -416,7 +418,22 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_extract)
 
 
+def _in_process_chamber_service(args: argparse.Namespace, stack: Any) -> str:
+    """Both simulated chambers behind the chamber tools API on 127.0.0.1 (a free port); closed with the stack."""
+    from chamber import open_chamber
+    from protocols.api.server import running_api
+
+    chambers = {}
+    for kind in ("wt", "lt"):
+        chambers[kind] = open_chamber(backend="sim", chamber=kind)
+        stack.callback(chambers[kind].close)
+    url = stack.enter_context(running_api(chambers, record_dir=Path(args.record) / "api"))
+    progress(args, f"chamber tools API on the simulator at {url}")
+    return url
+
+
 def _extract(args: argparse.Namespace) -> int:
+    import contextlib
     import time
 
     import httpx
@@ -432,14 +449,12 @@ def _extract(args: argparse.Namespace) -> int:
         raise CliError(f"datasheet {pdf} not found (give --datasheet or set CHAMBERLAB_SHARED)")
     model = client_for(args.model, os.environ)
     budget = Budget(max_turns=args.max_turns, max_total_tokens=args.max_tokens, wall_s=args.wall_s)
-    http = httpx.Client(base_url=args.chamber_url, timeout=60.0) if args.chamber_url else None
-    try:
+    with contextlib.ExitStack() as stack:
+        url = None if args.no_chamber else (args.chamber_url or _in_process_chamber_service(args, stack))
+        http = stack.enter_context(httpx.Client(base_url=url, timeout=60.0)) if url else None
         chamber = ChamberClient(http) if http is not None else None
         result = run_cell(claim, model=model, datasheet=pdf, record_dir=args.record, clock=time.time,
                           chamber=chamber, budget=budget, sleep=time.sleep)
-    finally:
-        if http is not None:
-            http.close()
     data = {"run_id": result.run_id, "outcome": result.outcome, "extraction": result.extraction,
             "record": str(result.record), "phase_two": result.phase_two, "detail": result.detail}
     if args.otlp is not None:

@@ -11,7 +11,7 @@ from conftest import shared_path
 
 def test_extract_runs_phase_one_and_prints_the_record_path(tmp_path, capsys):
     shared_path("datasheets", "DPS310.pdf")
-    code = bench_cli.main(["extract", "dps310-pressure-rate-range", "--model", "scripted:reader",
+    code = bench_cli.main(["extract", "dps310-pressure-rate-range", "--model", "scripted:reader", "--no-chamber",
                            "--record", str(tmp_path), "--json", "--otlp", str(tmp_path / "trace.json")])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["outcome"] == "submitted" and out["phase_two"] == "skipped"
@@ -19,6 +19,19 @@ def test_extract_runs_phase_one_and_prints_the_record_path(tmp_path, capsys):
     events = validate_record(out["record"])
     assert events[-1].phase_two == "skipped" and out["run_id"] == events[0].run_id
     assert json.loads((tmp_path / "trace.json").read_text())["resourceSpans"]
+
+
+def test_extract_without_a_chamber_url_uses_an_in_process_chamber_service(tmp_path, capsys):
+    shared_path("datasheets", "DPS310.pdf")
+    code = bench_cli.main(["extract", "dps310-operating-range", "--model", "scripted:reader",
+                           "--record", str(tmp_path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["outcome"] == "submitted" and out["phase_two"] == "completed"
+    events = validate_record(out["record"])  # also checks no chamber call precedes the freeze
+    chamber_calls = [e for e in events if e.kind == "tool_call" and e.phase == "chamber"]
+    assert {e.tool for e in chamber_calls if e.status == "ok"} >= {"describe_chamber", "run_protocol"}
+    assert not [e for e in chamber_calls if e.status == "denied"]
+    assert list((tmp_path / "api").glob("*.jsonl"))  # the service recorded its side too
 
 
 def test_extract_without_a_key_is_a_clear_error(tmp_path, capsys, monkeypatch):
