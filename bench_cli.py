@@ -670,6 +670,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_measurement(args: argparse.Namespace, claim: Any) -> Any:
     """The fixed measurement of a sweep: from a recorded CSV, or measured live with the claim's protocol."""
     if args.recording:
+        if claim.protocol != "dps310.operating_range":
+            raise CliError(f"--recording gives the four-barometer mean (fans off), which measures "
+                           f"dps310-operating-range; {claim.id} uses protocol {claim.protocol!r}. "
+                           "Give --measured/--u, or measure live with --backend sim / --port URL")
         from calibration.cross_sensor import BAROMETERS, compute_cross_sensor
         from protocols.measurement import Measurement
         from simulator.replay import read_recording
