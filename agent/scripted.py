@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.models.anthropic_client import from_anthropic_response, to_anthropic_request
@@ -161,22 +161,48 @@ def _chamber_outcome_arguments(request: dict[str, Any], summary: str) -> dict[st
     return args
 
 
+CHAMBER_STEPS = ("describe_chamber", "run_protocol")
+"""What a careful scripted agent does in phase two: look at the chamber, run the claim's own protocol."""
+
+
+def _protocol_outcome(result: str) -> dict[str, Any]:
+    """Outcome fields from run_protocol's JSON: the service's verdict as the prediction, its value and u."""
+    try:
+        data = json.loads(result)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, Any] = {}
+    if data.get("verdict") in ("pass", "inconclusive", "fail"):
+        out["prediction"] = data["verdict"]
+    measured = data.get("measured") or {}
+    try:
+        if measured.get("value") is not None:
+            out["measured_value"] = float(measured["value"])
+            out["unit"] = str(measured.get("unit") or "")[:64] or None
+        if measured.get("u") is not None:
+            out["uncertainty"] = float(measured["u"])
+    except (TypeError, ValueError):
+        pass
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def _chamber_phase(request: dict[str, Any], conv: Conversation) -> dict[str, Any]:
-    """Phase two for the scripted policies: call the first chamber tool once (if it needs no arguments we cannot
-    make up), then submit the chamber outcome."""
+    """Phase two for the scripted policies: the offered steps of CHAMBER_STEPS in order (no made-up arguments),
+    then submit_chamber_outcome carrying the protocol's verdict, value and u when it gave them."""
+    offered = {t.get("name") for t in request.get("tools") or []}
     called = {e.name for e in conv.exchanges}
-    for tool in request.get("tools") or []:
-        name = tool.get("name")
-        if name == SUBMIT_CHAMBER_OUTCOME or name in called:
-            continue
-        args = _chamber_outcome_arguments({"tools": [{**tool, "name": SUBMIT_CHAMBER_OUTCOME}]}, "scripted")
-        if "summary" not in ((tool.get("input_schema") or {}).get("required") or []):
-            args.pop("summary", None)
-        return tool_use(request, name, args, text=f"Let me look at the chamber with {name}.")
+    for name in CHAMBER_STEPS:
+        if name in offered and name not in called:
+            return tool_use(request, name, {}, text=f"Let me look at the chamber with {name}.")
+    protocol = next((e for e in reversed(conv.exchanges) if e.name == "run_protocol" and not e.is_error), None)
     last = next((e for e in reversed(conv.exchanges) if e.name not in (SUBMIT_EXTRACTION, SUBMIT_CHAMBER_OUTCOME)), None)
     summary = f"Chamber tool output: {(last.result or '')[:200]}" if last else "No chamber measurement was taken."
-    return tool_use(request, SUBMIT_CHAMBER_OUTCOME, _chamber_outcome_arguments(request, summary),
-                    text="The extraction is frozen; I end the chamber phase.")
+    args = _chamber_outcome_arguments(request, summary)
+    if protocol is not None:
+        args.update(_protocol_outcome(protocol.result or ""))
+    return tool_use(request, SUBMIT_CHAMBER_OUTCOME, args, text="The extraction is frozen; I end the chamber phase.")
 
 
 # --------------------------------------------------------------------------------------------- replayed scripts
@@ -329,13 +355,24 @@ class ScriptedClient:
 # --------------------------------------------------------------------------------------------- the reader
 # The reader reads like a careful person with a search box: it turns the parameter name into search phrases,
 # opens the table on each page that matches, finds the row (and the sub-row whose conditions match the
-# parameter's qualifiers), and reads Min/Typ/Max in a unit it can convert. It never sees the claim's value.
+# parameter's qualifiers), and reads Min/Typ/Max (or an absolute-maximum Rating) in a unit it can convert. Then it
+# reads that page's text to quote the figure as it is printed there, and searches for its quotation to make sure
+# the document holds it. It never sees the claim's value.
 
 _SI_PREFIX = {"n": 1e-9, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "m": 1e-3, "": 1.0, "c": 1e-2, "h": 1e2, "k": 1e3,
               "M": 1e6}
 _ACRONYMS = {"adc": "analog-to-digital", "als": "ambient light"}
 _STOP = {"the", "of", "at", "and", "a", "an", "in", "per", "to", "for", "mode", "not", "with", "on", "or", "is"}
 _NUM = r"[-+–−]?\d+(?:[.,]\d+)?"
+# Words that attach an operating point to a parameter name: "Current consumption at 1 Hz", "tOFF with OSC tied".
+_CONNECTORS = re.compile(r"\s+(?:at|with|while|when)\s+", re.I)
+# Column headers as datasheets print them ("Typ.2" carries a footnote mark; "Rating" is an absolute maximum).
+_COLUMN_NAMES = {"min": "min", "minimum": "min", "typ": "typ", "typical": "typ", "max": "max", "maximum": "max",
+                 "unit": "unit", "units": "unit", "rating": "rating", "ratings": "rating", "value": "rating",
+                 "limit": "rating", "limits": "rating"}
+_VALUE_COLUMNS = ("min", "typ", "max", "rating")
+MAX_SEARCH_CALLS = 22  # calls spent finding the figure; the loop's default budget is 30 turns in all
+QUOTE_ATTEMPTS = 3  # quotations tried with search_text before the best untested one is submitted
 
 
 def _fold(text: str) -> str:
@@ -346,11 +383,6 @@ def _fold(text: str) -> str:
 
 def _tokens(text: str) -> set[str]:
     return {t for t in re.findall(r"[a-z0-9µ°]+(?:\.[0-9]+)?", _fold(text).lower()) if t not in _STOP}
-
-
-def _number(text: str) -> float | None:
-    m = re.search(_NUM, _fold(text))
-    return float(m.group(0).replace(",", ".").replace("–", "-").replace("−", "-")) if m else None
 
 
 def _unit_key(unit: str) -> str:
@@ -372,20 +404,30 @@ def unit_factor(found: str, wanted: str) -> float | None:
     return None
 
 
+def _is_symbol(word: str) -> bool:
+    """A printed symbol such as tOFF, TTSD, VSAT_LOW or IDD: a capital after the first letter, or an underscore."""
+    return bool(re.search(r"[A-Za-z][A-Z]|_", word))
+
+
 def search_phrases(parameter: str) -> tuple[list[str], set[str], set[str]]:
     """Search phrases from a parameter name, most specific first; the qualifier tokens that pick a sub-row; and
-    the head phrase's tokens (which a table caption or row may echo)."""
+    the head phrase's tokens (which a table caption or row may echo).
+
+    "Fixed off-time tOFF with OSC tied to VDD or GND" → head "Fixed off-time tOFF" (also searched without its
+    symbol) and qualifiers {osc, tied, vdd, gnd}; "(...)", text after a comma and after at/with/while/when qualify."""
     text = _fold(parameter)
     qualifiers = re.findall(r"\(([^)]*)\)", text)
     head = re.sub(r"\([^)]*\)", " ", text)
     parts = [p.strip() for p in head.split(",")]
-    head, qualifiers = parts[0], qualifiers + parts[1:]
-    m = re.match(r"^(.*?)\s+at\s+(.*)$", head)
-    if m:
-        head, qualifiers = m.group(1), qualifiers + [m.group(2)]
+    head, qualifiers = parts[0], qualifiers + [p for p in parts[1:] if p]
+    pieces = _CONNECTORS.split(head)
+    head, qualifiers = pieces[0], qualifiers + pieces[1:]
     head = " ".join(head.split())
     words = head.split()
     phrases: list[str] = [head]
+    plain = [w for w in words if not _is_symbol(w)]
+    if plain and len(plain) < len(words):  # the name without its symbol, as a running-text mention reads
+        phrases.append(" ".join(plain))
     if "bit" in [w.lower() for w in words]:  # a bit depth is printed as "N-bit <thing>"
         rest = [(_ACRONYMS.get(w.lower(), w)) for w in words if w.lower() not in ("bit", "depth")]
         phrases.append("bit " + " ".join(rest))
@@ -461,113 +503,180 @@ def markdown_tables(text: str) -> list[_Table]:
 
 
 def _columns(table: _Table) -> dict[str, int]:
+    """Where Min/Typ/Max (or a single Rating), Unit and the test conditions are, from the header rows."""
     cols: dict[str, int] = {}
     for row in [table.header] + table.rows[:2]:
         for j, cell in enumerate(row):
-            key = cell.lower().rstrip(".")
-            for name in ("min", "typ", "max", "unit", "units"):
-                if key == name or key.startswith(name + " ") or key == name + "imum":
-                    cols.setdefault("unit" if name == "units" else name, j)
+            key = re.sub(r"[\s.\d*\[\]]+$", "", cell.lower())  # "Typ.2", "Max.", "Units" → typ, max, units
+            if key in _COLUMN_NAMES:
+                cols.setdefault(_COLUMN_NAMES[key], j)
+            elif "condition" in key and "cond" not in cols:
+                cols["cond"] = j
+    if {"min", "typ", "max"} & set(cols):
+        cols.pop("rating", None)  # "Values" over Min/Typ/Max is a group heading, not a column of its own
     return cols
 
 
 _SYMMETRIC = re.compile(r"^(?:±|\+/-|\+-)\s*(\d+(?:[.,]\d+)?)$")
+_SPAN = re.compile(r"^(" + _NUM + r")\s*to\s*(" + _NUM + r")$")
+
+
+def _to_float(text: str) -> float:
+    return float(text.replace(",", ".").replace("–", "-").replace("−", "-"))
+
+
+def _cell_value(cell: str) -> tuple[str, Any] | None:
+    """A printed figure: ("num", x), ("sym", x) for ±x, or ("span", (a, b)) for "a to b"; None for text or "–"."""
+    c = _fold(cell)
+    m = _SPAN.match(c)
+    if m:
+        return "span", (_to_float(m.group(1)), _to_float(m.group(2)))
+    c = c.replace(" ", "")
+    if not c or c in ("-", "—"):
+        return None
+    m = _SYMMETRIC.match(c)
+    if m:
+        return "sym", _to_float(m.group(1))
+    if re.fullmatch(r"[<>≤≥]?\d{1,3}(?:,\d{3})+", c):  # thousands separators: 10,000
+        return "num", float(re.sub(r"[<>≤≥,]", "", c))
+    if re.fullmatch(r"[<>≤≥]?" + _NUM, c):
+        return "num", _to_float(re.sub(r"[<>≤≥]", "", c))
+    return None
 
 
 @dataclass
 class Reading:
     page: int
-    quote: str
+    quote: str  # the text read, as the tool that showed it returned it
     value: float | None = None
     low: float | None = None
     high: float | None = None
     unit: str = ""
     score: float = 0.0
+    evidence: list[str] = field(default_factory=list)  # pieces a quotation must hold (row cells, the figure)
+    context_cells: list[str] = field(default_factory=list)  # the figure's row and its continuation lines
+    row_cells: list[str] = field(default_factory=list)  # the figure's own table row
+    alternatives: list[str] = field(default_factory=list)  # other ways to quote it, best first
+    prose: bool = False
+    conditions: dict[str, str] = field(default_factory=dict)
 
 
-def _cell_value(cell: str) -> tuple[str, float] | None:
-    c = _fold(cell).replace(" ", "")
-    if not c or c in ("-", "—"):
-        return None
-    m = _SYMMETRIC.match(c)
-    if m:
-        return "sym", float(m.group(1).replace(",", "."))
-    if re.fullmatch(r"[<>≤≥]?\d{1,3}(?:,\d{3})+", c):  # thousands separators: 10,000
-        return "num", float(re.sub(r"[<>≤≥,]", "", c))
-    if re.fullmatch(r"[<>≤≥]?" + _NUM, c):
-        return "num", float(re.sub(r"[<>≤≥]", "", c).replace(",", ".").replace("–", "-"))
-    return None
+def _cell(row: list[str], j: int | None) -> str:
+    return row[j] if j is not None and j < len(row) else ""
+
+
+def _values(row: list[str], cols: dict[str, int]) -> dict[str, tuple[str, Any]]:
+    got = {c: _cell_value(_cell(row, cols.get(c))) for c in _VALUE_COLUMNS if c in cols}
+    return {c: v for c, v in got.items() if v is not None}
+
+
+def _label(row: list[str], cols: dict[str, int]) -> str:
+    """The cells that name a row (parameter, symbol), left of the conditions and the figures."""
+    firsts = [cols[c] for c in ("cond",) + _VALUE_COLUMNS if c in cols]
+    end = min(firsts) if firsts else 1
+    return " ".join(c for c in row[:max(1, end)] if c)
+
+
+def _continues_label(cell: str) -> bool:
+    """A first cell that carries on the name above rather than starting a new parameter: a wrapped word
+    ("sponse" after "Re-") or a single setting such as "ADCMUX=0x11"."""
+    c = cell.strip()
+    return bool(re.match(r"[a-z]", c)) or (" " not in c and "=" in c)
 
 
 def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], head: set[str],
                    unit: str) -> list[Reading]:
-    """Readings from the rows of `table` that belong to the parameter named by `phrase`."""
+    """Readings from the rows of `table` that belong to the parameter named by `phrase`: rows whose name holds
+    every word of the phrase (else rows holding it anywhere), their group of sub-rows, one reading per sub-row."""
     cols = _columns(table)
-    if not {"min", "typ", "max"} & set(cols):
+    if not set(_VALUE_COLUMNS) & set(cols):
         return []
-    key = _fold(phrase).lower()
+    want = _tokens(phrase)
+    if not want:
+        return []
     rows = table.rows
-    out: list[Reading] = []
-    anchor = next((i for i, r in enumerate(rows) if key in _fold(" ".join(r)).lower()), None)
-    if anchor is None:
-        return out
-    labels = {rows[anchor][0]} if rows[anchor] else set()
-    group: list[int] = []
-    for i in range(anchor, len(rows)):
-        first = rows[i][0] if rows[i] else ""
-        has_values = any(_cell_value(rows[i][cols[c]]) for c in ("min", "typ", "max") if c in cols and cols[c] < len(rows[i]))
-        prev_valueless = bool(group) and not any(
-            _cell_value(rows[group[-1]][cols[c]]) for c in ("min", "typ", "max") if c in cols and cols[c] < len(rows[group[-1]]))
-        if i == anchor or not first or key in _fold(first).lower() or first in labels or prev_valueless or not has_values:
-            group.append(i)
-            if first:
-                labels.add(first)
-            continue
-        break
-    value_rows = [i for i in group if any(_cell_value(rows[i][cols[c]]) for c in ("min", "typ", "max")
-                                          if c in cols and cols[c] < len(rows[i]))]
+    by_label = [i for i, r in enumerate(rows) if want <= _tokens(_label(r, cols))]
+    key = _fold(phrase).lower()  # elsewhere in a row, only the phrase as printed counts (not its words apart)
+    anchors = by_label or [i for i, r in enumerate(rows) if key in _fold(" ".join(r)).lower()]
     caption_tokens = _tokens(table.caption)
-    for n, i in enumerate(value_rows):
-        nxt = value_rows[n + 1] if n + 1 < len(value_rows) else group[-1] + 1
-        context_rows = [rows[k] for k in range(i, nxt)]
-        row_unit = rows[i][cols["unit"]] if "unit" in cols and cols["unit"] < len(rows[i]) else ""
-        if not row_unit:  # the unit may sit on a continuation line, or be carried from the group's first row
-            for r in context_rows[1:] + [rows[k] for k in range(i - 1, anchor - 1, -1)]:
-                if "unit" in cols and cols["unit"] < len(r) and r[cols["unit"]]:
-                    row_unit = r[cols["unit"]]
-                    break
-        factor = unit_factor(row_unit, unit)
-        if factor is None:
-            continue
-        got = {c: _cell_value(rows[i][cols[c]]) for c in ("min", "typ", "max") if c in cols and cols[c] < len(rows[i])}
-        got = {c: v for c, v in got.items() if v is not None}
-        r = Reading(page=page, quote=" ".join(" ".join(c for c in row if c) for row in context_rows), unit=unit)
-        sym = next((v for _, (kind, v) in got.items() if kind == "sym"), None)
-        if sym is not None:
-            r.low, r.high = -sym * factor, sym * factor
-        else:
-            if "typ" in got:
-                r.value = got["typ"][1] * factor
-            if "min" in got:
-                r.low = got["min"][1] * factor
-            if "max" in got:
-                r.high = got["max"][1] * factor
-        context = _tokens(" ".join(" ".join(row) for row in context_rows)) | caption_tokens
-        matched = qualifiers & context  # a number in a condition (3.3 V, 525 nm) decides between sub-rows
-        r.score = (10 + 2 * len(head & context) + sum(3 if re.match(r"\d", t) else 1 for t in matched)
-                   + (1 if _unit_key(row_unit) == _unit_key(unit) else 0))
-        out.append(r)
-    return out
+    found: dict[int, Reading] = {}
+    for anchor in anchors:
+        labels = {rows[anchor][0]} if rows[anchor] and rows[anchor][0] else set()
+        group: list[int] = []
+        for i in range(anchor, len(rows)):
+            first = rows[i][0] if rows[i] else ""
+            prev_valueless = bool(group) and not _values(rows[group[-1]], cols)
+            if (i == anchor or not first or want <= _tokens(first) or first in labels or prev_valueless
+                    or not _values(rows[i], cols) or _continues_label(first)):
+                group.append(i)
+                if first:
+                    labels.add(first)
+                continue
+            break
+        value_rows = [i for i in group if _values(rows[i], cols)]
+        for n, i in enumerate(value_rows):
+            nxt = value_rows[n + 1] if n + 1 < len(value_rows) else group[-1] + 1
+            context_rows = [rows[k] for k in range(i, nxt)]
+            row_unit = _cell(rows[i], cols.get("unit"))
+            if not row_unit:  # the unit may sit on a continuation line, or be carried from the group's first row
+                for r in context_rows[1:] + [rows[k] for k in range(i - 1, anchor - 1, -1)]:
+                    if _cell(r, cols.get("unit")):
+                        row_unit = _cell(r, cols.get("unit"))
+                        break
+            factor = unit_factor(row_unit, unit)
+            if factor is None:
+                continue
+            got = _values(rows[i], cols)
+            r = Reading(page=page, quote=" ".join(" ".join(c for c in row if c) for row in context_rows), unit=unit)
+            spans = [v for kind, v in got.values() if kind == "span"]
+            sym = next((v for kind, v in got.values() if kind == "sym"), None)
+            if spans:
+                r.low, r.high = spans[0][0] * factor, spans[0][1] * factor
+            elif sym is not None:
+                r.low, r.high = -sym * factor, sym * factor
+            else:
+                if "typ" in got:
+                    r.value = got["typ"][1] * factor
+                if "min" in got:
+                    r.low = got["min"][1] * factor
+                if "max" in got or "rating" in got:  # a lone rating is a limit not to exceed
+                    r.high = got.get("max", got.get("rating"))[1] * factor
+            if r.value is None and r.low is None and r.high is None:
+                continue
+            context = _tokens(" ".join(" ".join(row) for row in context_rows)) | caption_tokens
+            named = _tokens(_label(rows[i], cols) + " " + _label(rows[anchor], cols))
+            matched = qualifiers & context  # a number in a condition (3.3 V, 525 nm) decides between sub-rows
+            r.score = (10 + 2 * len(head & (context | named)) + (2 if by_label else 0)
+                       + sum(3 if re.match(r"\d", t) else 1 for t in matched)
+                       + (1 if _unit_key(row_unit) == _unit_key(unit) else 0))
+            cells = [c for c in rows[i] if c]
+            context_cells = list(dict.fromkeys(c for row in context_rows for c in row if c))
+            anchor_label = rows[anchor][0] if rows[anchor] and rows[anchor][0] else ""
+            r.evidence = ([anchor_label] if anchor_label and anchor_label not in cells else []) + context_cells
+            r.context_cells = context_cells
+            r.row_cells = cells
+            r.alternatives = [" ".join(cells), r.quote]
+            cond_col = cols.get("cond")
+            if cond_col is not None:
+                cond = " ".join(_cell(row, cond_col) for row in context_rows if _cell(row, cond_col))
+                if cond:
+                    r.conditions["test conditions"] = cond
+            if table.caption:
+                r.conditions["table"] = table.caption[:200]
+            if i not in found or found[i].score < r.score:
+                found[i] = r
+    return [found[i] for i in sorted(found)]
 
 
-def prose_readings(snippet: str, page: int, unit: str, parameter: str) -> list[Reading]:
+def prose_readings(snippet: str, page: int, unit: str, parameter: str, phrase: str = "") -> list[Reading]:
     """Readings from running text: "<100 mlx", "0.5Pa/K", "1.7 – 3.6 V", "± 0.06 hPa", "23-bit"."""
     text = _fold(snippet)
     out: list[Reading] = []
     if "bit" in parameter.lower() and "count" in unit.lower():
         m = re.search(r"(\d+)-bit", text)
         if m:  # an N-bit converter's codes run from 0 to 2^N - 1
-            return [Reading(page, text, low=0.0, high=float(2 ** int(m.group(1)) - 1), unit=unit, score=5)]
+            return [Reading(page, text, low=0.0, high=float(2 ** int(m.group(1)) - 1), unit=unit, score=5,
+                            evidence=[m.group(0)], alternatives=[text], prose=True)]
     pattern = re.compile(
         r"(?P<pre>[<>≤≥]|±|\+/-)?\s*(?P<a>" + _NUM + r")\s*(?:(?:-|to)\s*(?P<b>[+]?\d+(?:[.,]\d+)?)\s*)?"
         r"(?P<unit>[A-Za-zµ°/%]+(?:/[A-Za-z]+)?)")
@@ -578,7 +687,8 @@ def prose_readings(snippet: str, page: int, unit: str, parameter: str) -> list[R
         if factor is None:
             continue
         a = float(m.group("a").replace(",", ".")) * factor
-        r = Reading(page, text, unit=unit, score=3)
+        evidence = [m.group(0).strip()] + ([phrase] if phrase else [])
+        r = Reading(page, text, unit=unit, score=3, evidence=evidence, alternatives=[text], prose=True)
         pre = m.group("pre")
         if m.group("b"):
             r.low, r.high = a, float(m.group("b").replace(",", ".")) * factor
@@ -613,52 +723,160 @@ def toc_sections(overview: str, head: set[str]) -> list[tuple[int, list[str]]]:
     return [(page, rest) for _, page, rest in found[:3]]
 
 
+# --------------------------------------------------------------------------------------------- quoting
+def page_lines(section_text: str) -> list[str]:
+    """The printed lines of a get_section_text output (page markers and the tool's own notes left out)."""
+    return [ln.strip() for ln in section_text.splitlines()
+            if ln.strip() and not re.match(r"^=== Page \d+ ===$", ln.strip())
+            and not re.match(r"^\[.*\]$", ln.strip())]
+
+
+def join_lines(lines: list[str]) -> str:
+    """Lines as running text: single spaces, and a word hyphenated at a line break ("com-" / "mands") read whole,
+    the way the document's search reads it."""
+    out = ""
+    for line in lines:
+        line = " ".join(line.split())
+        if out.endswith("-") and len(out) > 1 and out[-2].isalpha() and line[:1].islower():
+            out = out[:-1] + line
+        else:
+            out = f"{out} {line}" if out else line
+    return out
+
+
+def _piece_pattern(piece: str) -> re.Pattern[str] | None:
+    p = _fold(piece).lower()
+    if not p or re.fullmatch(r"[-—]+", p):
+        return None  # a dash alone is an empty cell: nothing to look for
+    before = r"(?<![\w.])" if re.match(r"[\w.]", p) else ""
+    after = r"(?![\w]|\.\d)" if re.search(r"\w$", p) else ""
+    return re.compile(before + re.escape(p) + after)
+
+
+def quote_window(lines: list[str], pieces: list[str], *, max_lines: int = 14, max_chars: int = 400,
+                 sentence: bool = False) -> str | None:
+    """The shortest run of consecutive printed lines that holds every piece (order free: a table's cells are
+    printed column by column), as running text; a run that opens with the first piece (the row's name) is
+    preferred to a shorter one that opens on a stray cell of the row above. With `sentence`, widened to whole
+    sentences of running text."""
+    patterns = [p for p in (_piece_pattern(x) for x in pieces) if p is not None]
+    if not patterns or not lines:
+        return None
+    folded = [_fold(ln).lower() for ln in lines]
+    runs: list[tuple[bool, int, int, int]] = []  # (does not open with the first piece, characters, i, j)
+    for i in range(len(lines)):
+        if not any(p.search(folded[i]) for p in patterns):
+            continue  # a quotation starts at a line that holds one of the pieces
+        for j in range(i, min(len(lines), i + max_lines)):
+            text = " ".join(folded[i:j + 1])
+            whole = _fold(join_lines(lines[i:j + 1])).lower()  # a cell may show "com-" / "mands" read whole
+            if all(p.search(text) or p.search(whole) for p in patterns):
+                runs.append((not patterns[0].search(folded[i]), len(text), i, j))
+                break
+    if not runs:
+        return None
+    _, _, i, j = min(runs)
+    if sentence:
+        return _sentences(lines, i, j, patterns, max_chars)
+    quote = join_lines(lines[i:j + 1])
+    return quote if len(quote) <= max_chars else None
+
+
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+(?=[A-Z(•])|\s*•\s*")
+
+
+def _sentences(lines: list[str], i: int, j: int, patterns: list[re.Pattern[str]], max_chars: int) -> str | None:
+    """The whole sentences of lines[i-2 .. j+2] that hold every pattern, cut verbatim out of the running text."""
+    lo, hi = max(0, i - 2), min(len(lines), j + 3)
+    text = join_lines(lines[lo:hi])
+    cuts = [0]
+    for m in _SENTENCE_BREAK.finditer(text):
+        cuts += [m.start(), m.end()]
+    cuts.append(len(text))
+    segments = [(cuts[k], cuts[k + 1]) for k in range(0, len(cuts) - 1, 2)]
+    best: str | None = None
+    for a in range(len(segments)):
+        for b in range(a, len(segments)):
+            quote = text[segments[a][0]:segments[b][1]].strip()
+            if all(p.search(_fold(quote).lower()) for p in patterns):
+                if best is None or len(quote) < len(best):
+                    best = quote
+                break
+    return best if best is not None and len(best) <= max_chars else None
+
+
+def quote_candidates(reading: Reading, lines: list[str]) -> list[str]:
+    """Ways to quote a reading, best first: the printed text around the figure (all of the row's cells, then the
+    figure's own row), then the row as the table tool showed it."""
+    out: list[str] = []
+    if reading.prose:
+        out.append(quote_window(lines, reading.evidence, sentence=True) or "")
+        out.append(quote_window(lines, reading.evidence[:1], sentence=True) or "")
+    else:  # the table tool may repeat a group's name on every row: a name the page prints once is let go
+        for pieces in (reading.evidence, reading.context_cells, reading.row_cells, reading.row_cells[1:]):
+            out.append(quote_window(lines, pieces) or "")
+    out += reading.alternatives
+    seen: set[str] = set()
+    return [q for q in out if q and not (q in seen or seen.add(q))]
+
+
 def _reader_script(conv: Conversation) -> Script:
     parameter = conv.task.get("parameter", "")
     unit = conv.task.get("unit", "")
     overview, _ = yield ("build_datasheet", {})
+    calls = 1
     phrases, qualifiers, head = search_phrases(parameter)
     tables_seen: dict[int, list[_Table]] = {}
     best: Reading | None = None
     # Multi-word phrases first; then the sections whose titles echo the parameter; then single words.
     steps: list[str | None] = [p for p in phrases if " " in p] + [None] + [p for p in phrases if " " not in p]
     for phrase in steps[:14]:
+        if calls >= MAX_SEARCH_CALLS:
+            break
+        candidates: list[Reading] = []
         if phrase is None:
-            candidates = []
             for page, words in toc_sections(overview, head):
                 if page not in tables_seen:
                     md, md_error = yield ("extract_table_markdown", {"page": page})
+                    calls += 1
                     tables_seen[page] = [] if md_error else markdown_tables(md)
                 for word in words:
                     for table in tables_seen[page]:
                         candidates += table_readings(table, page, word, qualifiers, head, unit)
-            if candidates:
-                best = max(candidates, key=lambda r: r.score)
-                break
-            continue
-        result, is_error = yield ("search_text", {"query": phrase})
-        if is_error:
-            continue
-        hits = search_hits(result)
-        candidates: list[Reading] = []
-        for page in dict.fromkeys(p for p, _ in hits):
-            if page not in tables_seen and len(tables_seen) < 24:
-                md, md_error = yield ("extract_table_markdown", {"page": page})
-                tables_seen[page] = [] if md_error else markdown_tables(md)
-            for table in tables_seen.get(page, []):
-                candidates += table_readings(table, page, phrase, qualifiers, head, unit)
-        for page, snippet in hits:  # running text counts only where the phrase itself is printed
-            if _fold(phrase).lower() in _fold(snippet).lower():
-                candidates += prose_readings(snippet, page, unit, parameter)
+        else:
+            result, is_error = yield ("search_text", {"query": phrase})
+            calls += 1
+            if is_error:
+                continue
+            hits = search_hits(result)
+            for page in dict.fromkeys(p for p, _ in hits):
+                if page not in tables_seen and len(tables_seen) < 12 and calls < MAX_SEARCH_CALLS:
+                    md, md_error = yield ("extract_table_markdown", {"page": page})
+                    calls += 1
+                    tables_seen[page] = [] if md_error else markdown_tables(md)
+                for table in tables_seen.get(page, []):
+                    candidates += table_readings(table, page, phrase, qualifiers, head, unit)
+            for page, snippet in hits:  # running text counts only where the phrase itself is printed
+                if _fold(phrase).lower() in _fold(snippet).lower():
+                    candidates += prose_readings(snippet, page, unit, parameter, phrase)
         if candidates:
             best = max(candidates, key=lambda r: r.score)  # ties: the first (earliest page, table before prose)
             break
     if best is None:
-        yield (SUBMIT_EXTRACTION, {"value": None, "unit": unit, "page": 1, "quote": "not found",
-                                   "notes": "the reader found no figure"})
-        return
-    payload = {k: getattr(best, k) for k in ("value", "low", "high") if getattr(best, k) is not None}
-    payload.update(unit=unit, page=best.page, quote=best.quote[:400])
+        return  # nothing read, nothing submitted: the turn ends without an invented figure
+    # Quote the figure as the page prints it, and check with the document's own search that it is there.
+    text, text_error = yield ("get_section_text", {"start_page": best.page, "end_page": best.page})
+    candidates_q = quote_candidates(best, [] if text_error else page_lines(text))
+    quote = candidates_q[0] if candidates_q else best.quote
+    for attempt in candidates_q[:QUOTE_ATTEMPTS]:
+        result, is_error = yield ("search_text", {"query": attempt[:400], "page": best.page})
+        if not is_error and search_hits(result):
+            quote = attempt
+            break
+    payload: dict[str, Any] = {k: getattr(best, k) for k in ("value", "low", "high") if getattr(best, k) is not None}
+    payload.update(unit=unit, page=best.page, quote=quote[:400])
+    if best.conditions:
+        payload["conditions"] = best.conditions
     yield (SUBMIT_EXTRACTION, payload)
 
 

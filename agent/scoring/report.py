@@ -160,6 +160,11 @@ def _dash(x: Any) -> str:
     return text
 
 
+def _clip(text: str, limit: int) -> str:
+    """Shorten long prose at a word boundary, marked with an ellipsis (the full text is in the JSON files)."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
 def _measured(r: dict[str, Any]) -> str:
     m = r.get("measured") or {}
     if m.get("value") is None:
@@ -183,7 +188,7 @@ def _verdict_blocks(checks: dict[str, Any] | None, absent: list[str]) -> tuple[l
               "violated by more than c; otherwise inconclusive, with the reason's class. Definitive verdicts first."),
         ("table", ["claim", "verdict", "class", "measured ± u", "distance", "c", "reason"],
          [[r.get("claim_id"), r.get("verdict"), _dash(r.get("class")), _measured(r), _dash(r.get("distance")),
-           _dash(r.get("combined_uncertainty")), str(r.get("reason", ""))[:140]] for r in res]),
+           _dash(r.get("combined_uncertainty")), _clip(str(r.get("reason", "")), 220)] for r in res]),
     ]
     return blocks, headline + [f"  - {d}" for d in definitive]
 
@@ -266,7 +271,8 @@ def _station_blocks(run_dir: Path) -> tuple[list[Block], list[str]]:
           for r in definitive]),
         ("p", "Still inconclusive, and what would make each gradable:"),
         ("table", ["claim", "would need", "note"],
-         [[e["claim_id"], ", ".join(e.get("would_need") or []) or "—", str(e.get("note", ""))[:140]] for e in rest]),
+         [[e["claim_id"], ", ".join(e.get("would_need") or []) or "—", _clip(str(e.get("note", "")), 220)]
+          for e in rest]),
     ]
     verdicts = Counter(r.get("verdict") for r in res.values())
     return blocks, [f"With instruments: {len(definitive)} definitive ("
@@ -332,7 +338,9 @@ def _render_html(blocks: list[Block], title: str) -> str:
         elif kind == "p":
             body.append(f"<p>{_inline_bold(b[1])}</p>")
         elif kind == "ul":
-            body.append("<ul>" + "".join(f"<li>{_inline_bold(i.strip())}</li>" for i in b[1]) + "</ul>")
+            body.append("<ul>" + "".join(
+                f"<li style='list-style:circle;margin-left:1.5em'>{_inline_bold(i.strip().removeprefix('- '))}</li>"
+                if i.startswith("  ") else f"<li>{_inline_bold(i.strip())}</li>" for i in b[1]) + "</ul>")
         elif kind == "table":
             head = "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
             rows = "".join("<tr>" + "".join(
