@@ -67,6 +67,11 @@ class PacketSplitter:
         """Bytes of an unfinished packet held back (the board's input buffer fill)."""
         return len(self._buf)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held back: the next byte fed starts afresh (no partial packet, no partial error report)."""
+        return not self._buf and not self._outside
+
     def feed(self, data: bytes) -> Split:
         out = Split()
         pieces = (self._buf + data).split(_END_B) if self._buf else data.split(_END_B)

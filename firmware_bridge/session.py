@@ -16,7 +16,7 @@ import numpy as np
 import serial
 
 from firmware_bridge.errors import BoardRebooted, FrameRejected, LinkLost, ProtocolError
-from firmware_bridge.link import Link, ReplyTimeout
+from firmware_bridge.link import Delivery, Link, ReplyTimeout
 from firmware_bridge.messages import (
     CHAMBER_CONFIG,
     OK_DONE,
@@ -161,36 +161,33 @@ class Mk1Session:
         self.link.send(text.encode("ascii"), text)
         parse_msr_reply(self._text_reply(), n)
         link = self.link
-        inbox = link.inbox
-        payloads: list[bytes] = []
-        stamps: list[float] = []
+        runs: list[Delivery] = []  # rows as the link delivered them (runs of rows, not one object per row)
+        got = 0
         stall = self.timing.stall_timeout
         clock = link._clock
         last_progress = clock()
-        while len(payloads) < n:
-            if not inbox:
+        while got < n:
+            if not link.queued:
                 waited = clock() - last_progress
                 if waited >= stall:  # bytes may still arrive (e.g. a rebooted board's announcements), rows do not
                     if link.reboot_seen:
-                        link.broken = BoardRebooted(f"the board rebooted mid-MSR after {len(payloads)} of {n} rows")
+                        link.broken = BoardRebooted(f"the board rebooted mid-MSR after {got} of {n} rows")
                     else:
-                        link.broken = ReplyTimeout(f"MSR stalled after {len(payloads)} of {n} rows (no row for {stall:g} s)")
+                        link.broken = ReplyTimeout(f"MSR stalled after {got} of {n} rows (no row for {stall:g} s)")
                     raise link.broken
                 link.pump(stall - waited)
                 continue
             last_progress = clock()
-            take = min(len(inbox), n - len(payloads))
-            for _ in range(take):
-                data, stamp = inbox.popleft()
-                payloads.append(data)
-                stamps.append(stamp)
+            for item in link.take(n - got):
+                runs.append(item)
+                got += item.count
         done = self._text_reply()
         if done != OK_DONE:
             raise ProtocolError(f"'{OK_DONE}' after {n} rows", done)
         try:
-            return self.checker.decode(payloads, np.asarray(stamps))
+            return self.checker.decode_runs(runs)
         except FrameRejected:
-            self._resync(payloads)
+            self._resync(runs)
             raise
 
     def reset(self) -> BootInfo:
@@ -206,10 +203,10 @@ class Mk1Session:
         data, _ = self.link.next_message(self.timing.reply_timeout)
         return data.decode("ascii", errors="replace")
 
-    def _resync(self, payloads: list[bytes]) -> None:
+    def _resync(self, runs: list[Delivery]) -> None:
         """After a rejected frame, continue from the board's own counter so the next MSR can be checked."""
         assert self.checker is not None
-        last = payloads[-1] if payloads else b""
+        last = runs[-1].data[-runs[-1].size :] if runs else b""
         if len(last) == self.checker.row_bytes:
             counter = int(np.frombuffer(last[:4], dtype="<f4")[0])
             self.checker = RowChecker(self.checker.width, first_counter=(counter + 1) % 100_000)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from firmware_bridge.batch import build_segments, check_crcs, frame_uniform
-from firmware_bridge.packets import HOST_PACKET_LIMIT, PacketSplitter, decode_body, encode_packet
+from firmware_bridge.batch import build_segments, check_crcs, decode_uniform_padded, encode_acks, frame_uniform
+from firmware_bridge.packets import END, HOST_PACKET_LIMIT, START, PacketSplitter, decode_body, encode_packet
 from firmware_bridge.rows import encode_rows
 from firmware_bridge.segments import (
     CRC_LEN,
@@ -34,8 +34,10 @@ log = logging.getLogger(__name__)
 
 RESEND_AFTER_S = 0.1
 REBOOT_WAIT_S = 0.3  # after OK,RST: how long to wait for its ACK before rebooting anyway
-ROW_BLOCK = 1024 # rows generated per call into the physics when unthrottled
+ROW_BLOCK = 2048  # rows drawn from the physics (and framed) in one go when unthrottled
 _ACK_BODY = 4 * ((HEADER_LEN + CRC_LEN + 2) // 3)  # base64 length of an ACK segment
+_ACK_PACKET = _ACK_BODY + 2
+_END_B = bytes([END])
 
 
 @dataclass
@@ -61,9 +63,25 @@ class BoardFaults:
 
 @dataclass
 class _Rows:
-    left: int
+    """One MSR's rows. Unthrottled, rows are drawn from the physics a block at a time (`ready`) and framed once
+    (`wire`), then sent as the window allows: per-row Python and per-call physics overhead would otherwise make
+    the emulator, not the host, the bottleneck. The block boundaries depend only on n and the fault switches."""
+
+    left: int  # rows not yet sent
     sent: int = 0
     next_due: float = 0.0
+    generated: int = 0  # rows drawn from the firmware so far
+    ready: np.ndarray | None = None  # drawn, not yet sent
+    wire: bytes = b""  # `ready` framed as packets, valid while (wire_seq, wire_ack) match the endpoint
+    ack_wire: bytes = b""  # the ACK packets the host will send for them
+    wire_pos: int = 0  # index in `wire` / `ack_wire` of the first row of `ready`
+    wire_seq: int = -1
+    wire_ack: int = -1
+    packet_size: int = 0
+
+    @property
+    def ready_count(self) -> int:
+        return 0 if self.ready is None else int(self.ready.shape[0])
 
 
 class _Reboot:
@@ -72,9 +90,27 @@ class _Reboot:
 
 @dataclass
 class _InFlight:
-    seq: int
-    packet: bytes  # the intact packet, for resends
+    """Consecutively numbered data segments sent at one time and not all acknowledged yet.
+
+    Kept per send rather than per segment so that thousands of rows cost a few objects. `packets` holds `count`
+    intact packets of `size` bytes back to back (for resends), `acks` the ACK packets the host is expected to
+    send for them (b"" when not worked out); the first `done` are acknowledged.
+    """
+
+    first: int  # sequence number of packet 0
+    count: int
+    size: int
+    packets: bytes
+    acks: bytes
     deadline: float
+    done: int = 0
+
+    @property
+    def left(self) -> int:
+        return self.count - self.done
+
+    def unacknowledged(self) -> bytes:
+        return self.packets[self.done * self.size :]
 
 
 def _every(k: int, count: int) -> bool:
@@ -98,6 +134,7 @@ class BoardProtocol:
         self._splitter = PacketSplitter()
         self._queue: deque[bytes | _Rows | _Reboot] = deque()
         self._inflight: deque[_InFlight] = deque()
+        self._inflight_count = 0  # data segments sent and not acknowledged (the window fill)
         self._delayed_acks: list[tuple[float, bytes]] = []
         self._boot_at: float | None = None
         self._reboot_deadline: float | None = None
@@ -119,7 +156,7 @@ class BoardProtocol:
     def _boot(self, now: float) -> None:
         self.endpoint = Endpoint(counters=self.counters)
         self._queue.clear()
-        self._inflight.clear()
+        self._clear_inflight()
         self._delayed_acks.clear()
         self._splitter = PacketSplitter()
         self._reboot_deadline = None
@@ -137,6 +174,26 @@ class BoardProtocol:
     def feed(self, data: bytes, now: float) -> None:
         if self.halted:
             return
+        last_end = data.rfind(_END_B)
+        if last_end >= 0 and len(data) - 1 - last_end <= HOST_PACKET_LIMIT:
+            # cannot end in er00: the chunk may be taken in parts, in order, with the ACKs the host owes compared
+            # as bytes (the splitter gives the same packets however the stream is cut)
+            rest = data
+            if not self._splitter.idle:  # first finish the packet the last read cut in two
+                cut = data.find(_END_B) + 1
+                self._feed_split(data[:cut], now)
+                if self.halted:
+                    return
+                rest = data[cut:]
+            whole = len(rest) - len(rest) % _ACK_PACKET
+            if whole and self._take_expected_acks(rest[:whole]):
+                rest = rest[whole:]
+            if rest:
+                self._feed_split(rest, now)
+            return
+        self._feed_split(data, now)
+
+    def _feed_split(self, data: bytes, now: float) -> None:
         split = self._splitter.feed(data)
         if self._splitter.pending > HOST_PACKET_LIMIT:
             self._halt(FirmwareFault("er00", ""))
@@ -158,32 +215,94 @@ class BoardProtocol:
                         return
             i = j
 
+    def _take_expected_acks(self, data: bytes) -> bool:
+        """Fastest path: `data` is exactly the ACK packets the host owes for the oldest in-flight segments.
+
+        The board knows those packets byte for byte (worked out when the rows were framed), so comparing bytes
+        replaces splitting, base64 and CRC per ACK; the outcome is what the packet-by-packet path would reach.
+        """
+        m = len(data) // _ACK_PACKET
+        if m == 0 or m > self._inflight_count or data[0] != START:
+            return False
+        pos, need = 0, m
+        for item in self._inflight:
+            if not item.acks:
+                return False
+            take = min(need, item.left)
+            at = item.done * _ACK_PACKET
+            if data[pos : pos + take * _ACK_PACKET] != item.acks[at : at + take * _ACK_PACKET]:
+                return False
+            pos += take * _ACK_PACKET
+            need -= take
+            if not need:
+                break
+        self.counters.segments_received += m
+        if self.faults.ignore_acks_every:
+            head = self._oldest_seq()
+            for ack in range(head, head + m):
+                self._on_ack(ack % SEQ_MODULO)
+        else:
+            self._acks_seen += m
+            self._drop_inflight(m)
+        return True
+
     def _take_acks(self, run: list[bytes]) -> bool:
         """Fast path for a run of intact ACKs (the host acknowledging rows)."""
-        raws = [decode_body(body) for body in run]  # ACK bodies end in '=' padding: decode one by one
-        if any(raw is None or len(raw) != HEADER_LEN + CRC_LEN for raw in raws):
+        segments = decode_uniform_padded(run)
+        if segments is None or segments.shape[1] != HEADER_LEN + CRC_LEN:
             return False
-        segments = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), HEADER_LEN + CRC_LEN)  # type: ignore[arg-type]
         if not (segments[:, 0] == FLAG_ACK).all() or not check_crcs(segments).all():
             return False
         self.counters.segments_received += len(run)
-        for ack in np.ascontiguousarray(segments[:, 5:9]).view("<u4").ravel().tolist():
-            self._on_ack(ack)
+        self._on_acks(np.ascontiguousarray(segments[:, 5:9]).view("<u4").ravel())
         return True
+
+    def _on_acks(self, acks: np.ndarray) -> None:
+        """Many ACKs at once, with the same outcome as `_on_ack` on each in turn.
+
+        In-flight segments are consecutively numbered (sent in order, removed from the front), so an ACK's
+        position is its distance from the oldest one; one-by-one cumulative handling ends up removing everything
+        through the furthest position any of these ACKs names.
+        """
+        if self.faults.ignore_acks_every or not self._inflight:
+            for ack in acks.tolist():
+                self._on_ack(ack)
+            return
+        self._acks_seen += len(acks)
+        where = (acks.astype(np.int64) - self._oldest_seq()) % SEQ_MODULO
+        where = where[where < self._inflight_count]
+        if where.size:
+            self._drop_inflight(int(where.max()) + 1)
 
     def _on_ack(self, ack: int) -> None:
         self._acks_seen += 1
         if _every(self.faults.ignore_acks_every, self._acks_seen):
             return
-        inflight = self._inflight
-        if inflight and inflight[0].seq == ack:
-            inflight.popleft()
+        if not self._inflight:
             return
-        for i, item in enumerate(inflight):
-            if item.seq == ack:  # cumulative: everything up to it arrived
-                for _ in range(i + 1):
-                    inflight.popleft()
-                return
+        where = (ack - self._oldest_seq()) % SEQ_MODULO
+        if where < self._inflight_count:  # cumulative: everything up to it arrived
+            self._drop_inflight(where + 1)
+
+    def _oldest_seq(self) -> int:
+        oldest = self._inflight[0]
+        return (oldest.first + oldest.done) % SEQ_MODULO
+
+    def _drop_inflight(self, m: int) -> None:
+        """The m oldest in-flight segments were acknowledged."""
+        inflight = self._inflight
+        self._inflight_count -= m
+        while m:
+            item = inflight[0]
+            take = min(m, item.left)
+            item.done += take
+            m -= take
+            if item.done == item.count:
+                inflight.popleft()
+
+    def _clear_inflight(self) -> None:
+        self._inflight.clear()
+        self._inflight_count = 0
 
     def _on_packet(self, body: bytes, now: float) -> None:
         raw = decode_body(body)
@@ -229,7 +348,7 @@ class BoardProtocol:
         """Report outside the framing and stop: nothing else is sent until the next boot."""
         self.firmware.halted = fault
         self._queue.clear()
-        self._inflight.clear()
+        self._clear_inflight()
         for _, ack in sorted(self._delayed_acks):
             self.out += ack
         self._delayed_acks.clear()
@@ -267,9 +386,9 @@ class BoardProtocol:
         if self._inflight and now >= self._inflight[0].deadline:
             self.counters.ack_timeouts += 1
             for item in self._inflight:  # go back N: the host accepts only in order
-                self.out += item.packet
+                self.out += item.unacknowledged()
                 item.deadline = now + RESEND_AFTER_S
-                self.counters.resends += 1
+                self.counters.resends += item.left
         self._fill(now)
 
     def next_deadline(self, now: float) -> float:
@@ -288,7 +407,7 @@ class BoardProtocol:
 
     def _fill(self, now: float) -> None:
         queue = self._queue
-        while queue and len(self._inflight) < self.window and not self.halted:
+        while queue and self._inflight_count < self.window and not self.halted:
             item = queue[0]
             if isinstance(item, bytes):
                 queue.popleft()
@@ -313,29 +432,29 @@ class BoardProtocol:
                 return False
             if now < item.next_due:
                 return False
-            k = 1
             item.next_due += 1.0 / self.firmware.model.rows_per_second
+            if not item.ready_count:
+                self._draw_rows(item, 1)
+            k = min(1, item.ready_count)
         else:
-            k = min(item.left, self.window - len(self._inflight), ROW_BLOCK)
-        k = self._clip_to_fault(item, k)
+            if not item.ready_count:
+                self._draw_rows(item, ROW_BLOCK)
+            k = min(item.ready_count, self.window - self._inflight_count)
         faults = self.faults
         if k > 0:
-            rows = self.firmware.rows(k)
-            if faults.counter_gap_after_rows is not None and item.sent + k > faults.counter_gap_after_rows >= item.sent:
-                i = faults.counter_gap_after_rows - item.sent
-                rows[i:, 0] += 1  # the counter jumps by one
-                self.firmware.counter = (self.firmware.counter + 1) % 100_000
-                faults.counter_gap_after_rows = None
             if self._data_faults_active() or faults.short_row_at is not None:
-                payloads = encode_rows(rows)
+                assert item.ready is not None
+                payloads = encode_rows(item.ready[:k])
                 if faults.short_row_at is not None and item.sent <= faults.short_row_at < item.sent + k:
                     i = faults.short_row_at - item.sent
                     payloads[i] = payloads[i][:-4]
                     faults.short_row_at = None
                 for payload in payloads:
                     self._send_data(payload, now)
+                item.wire = b""  # the endpoint moved on without the framed block
             else:
-                self._send_row_block(rows, now)
+                self._send_row_block(item, k, now)
+            item.ready = item.ready[k:] if item.ready is not None else None
             item.sent += k
             item.left -= k
         if faults.reset_after_rows is not None and item.sent >= faults.reset_after_rows:
@@ -349,36 +468,67 @@ class BoardProtocol:
             return False
         return True
 
-    def _clip_to_fault(self, item: _Rows, k: int) -> int:
+    def _draw_rows(self, item: _Rows, block: int) -> None:
+        """Take the next block of rows from the firmware (physics sampled once for the whole block)."""
+        k = min(item.left, block)
         for limit in (self.faults.reset_after_rows, self.faults.vanish_after_rows):
-            if limit is not None:
-                k = min(k, max(limit - item.sent, 0))
-        return k
+            if limit is not None:  # never draw rows the board will not send (the counter would run ahead)
+                k = min(k, max(limit - item.generated, 0))
+        if k <= 0:
+            item.ready = None
+            return
+        rows = self.firmware.rows(k)
+        faults = self.faults
+        drawn = item.generated
+        if faults.counter_gap_after_rows is not None and drawn + k > faults.counter_gap_after_rows >= drawn:
+            i = faults.counter_gap_after_rows - drawn
+            rows[i:, 0] += 1  # the counter jumps by one
+            self.firmware.counter = (self.firmware.counter + 1) % 100_000
+            faults.counter_gap_after_rows = None
+        item.generated += k
+        item.ready = rows
+        item.wire = b""
 
     def _data_faults_active(self) -> bool:
         f = self.faults
         return bool(f.drop_data_every or f.duplicate_data_every or f.corrupt_data_every)
 
-    def _send_row_block(self, rows: np.ndarray, now: float) -> None:
-        """Many rows at once (vectorised framing); byte-identical to sending them one by one."""
-        k = rows.shape[0]
+    def _send_row_block(self, item: _Rows, k: int, now: float) -> None:
+        """The next k rows of the drawn block; byte-identical to sending them one by one.
+
+        The block is framed once (vectorised CRC and base64) with the numbering the endpoint will give it, and the
+        host's ACKs for it are worked out at the same time; if the endpoint's numbers changed meanwhile (a command
+        arrived mid-MSR), the unsent rest is framed again.
+        """
         endpoint = self.endpoint
         first = next_seq(endpoint.last_delivered)
-        payloads = np.ascontiguousarray(rows, dtype="<f4").view(np.uint8).reshape(k, -1)
-        wire = frame_uniform(build_segments(0, first, endpoint.last_acknowledged, payloads))
-        size = len(wire) // k
-        deadline = now + RESEND_AFTER_S
-        self._inflight.extend(
-            _InFlight((first + i) % SEQ_MODULO, wire[i * size : (i + 1) * size], deadline) for i in range(k)
-        )
+        if not item.wire or item.wire_seq != first or item.wire_ack != endpoint.last_acknowledged:
+            assert item.ready is not None
+            count = item.ready.shape[0]
+            payloads = np.ascontiguousarray(item.ready, dtype="<f4").view(np.uint8).reshape(count, -1)
+            item.wire = frame_uniform(build_segments(0, first, endpoint.last_acknowledged, payloads))
+            seqs = (first + np.arange(count, dtype=np.uint64)) % SEQ_MODULO
+            item.ack_wire = encode_acks(endpoint.last_acknowledged, seqs)
+            item.wire_pos = 0
+            item.packet_size = len(item.wire) // count
+            item.wire_ack = endpoint.last_acknowledged
+        size, pos = item.packet_size, item.wire_pos
+        packets = item.wire[pos * size : (pos + k) * size]
+        acks = item.ack_wire[pos * _ACK_PACKET : (pos + k) * _ACK_PACKET]
+        self._inflight.append(_InFlight(first, k, size, packets, acks, now + RESEND_AFTER_S))
+        self._inflight_count += k
+        self.out += packets
+        item.wire_pos = pos + k
+        item.wire_seq = (first + k) % SEQ_MODULO
         endpoint.last_delivered = (first + k - 1) % SEQ_MODULO
         self._data_count += k
         self.counters.segments_sent += k
-        self.out += wire
 
     def _send_data(self, payload: bytes, now: float) -> None:
         seq, segment = self.endpoint.data_segment(payload)
-        self._inflight.append(_InFlight(seq, encode_packet(segment, None), now + RESEND_AFTER_S))
+        intact = encode_packet(segment, None)
+        self._inflight.append(_InFlight(seq, 1, len(intact), intact, b"", now + RESEND_AFTER_S))
+        self._inflight_count += 1
         self._data_count += 1
         self.counters.segments_sent += 1
         faults, count = self.faults, self._data_count
