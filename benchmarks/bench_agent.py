@@ -5,7 +5,7 @@ The seed paper reports 9–12 s of local tool execution per cell (7–14 % of wa
 Tool time is the sum of tool-call durations in each cell's record (datasheet tools only: the reader runs phase
 one). Cells run in process (ScriptedClient) so that the figure is tool time, not HTTP time.
 
-Usage: bench_agent.py [--json] [--components DPS310,Si115x] [--record DIR]
+Usage: bench_agent.py [--json] [--components DPS310,Si115x,ACS70331] [--record DIR]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ GOAL_S = 0.5
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--components", default="DPS310,Si115x", help="the main claims' components")
+    ap.add_argument("--components", default="DPS310,Si115x,ACS70331", help="the 25 main claims' components")
     ap.add_argument("--record", type=Path, default=None, help="keep the records here (default: a temp folder)")
     args = ap.parse_args()
     wanted = {c.strip().lower() for c in args.components.split(",")}
