@@ -12,6 +12,8 @@ from typing import Any
 import anthropic
 
 from agent.models.base import (
+    DocumentBlock,
+    ImageBlock,
     Message,
     ModelError,
     ModelRequest,
@@ -49,6 +51,14 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
         for b in m.blocks:
             if isinstance(b, TextBlock):
                 content.append({"type": "text", "text": b.text})
+            elif isinstance(b, ImageBlock):
+                content.append({"type": "image", "source": {"type": "base64", "media_type": b.mime, "data": b.data}})
+            elif isinstance(b, DocumentBlock):
+                doc: dict[str, Any] = {"type": "document",
+                                       "source": {"type": "base64", "media_type": b.mime, "data": b.data}}
+                if b.title:
+                    doc["title"] = b.title
+                content.append(doc)
             elif isinstance(b, ToolCallBlock):
                 content.append({"type": "tool_use", "id": b.id, "name": b.name, "input": b.arguments})
             elif isinstance(b, ToolResultBlock):
@@ -130,6 +140,7 @@ class AnthropicClient:
     local test server. `thinking` (e.g. {"type": "enabled", "budget_tokens": 2048}) forbids forced tool choice."""
 
     provider = PROVIDER
+    accepts_pdf = True  # Messages API document blocks read a base64 PDF
     transport = "anthropic-sdk"
 
     def __init__(

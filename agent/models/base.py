@@ -56,6 +56,25 @@ class ToolResultBlock:
 
 
 @dataclass(frozen=True)
+class ImageBlock:
+    """An image in a user message (base64 data), e.g. a rendered datasheet page for the single-pass baseline."""
+
+    mime: str
+    data: str
+    type: Literal["image"] = "image"
+
+
+@dataclass(frozen=True)
+class DocumentBlock:
+    """A whole document in a user message (base64 data), for providers that read PDFs themselves."""
+
+    mime: str
+    data: str
+    title: str = ""
+    type: Literal["document"] = "document"
+
+
+@dataclass(frozen=True)
 class ReasoningBlock:
     """Reasoning a provider chose to show (thinking text or a reasoning summary); kept for the record."""
 
@@ -63,7 +82,7 @@ class ReasoningBlock:
     type: Literal["reasoning"] = "reasoning"
 
 
-Block = TextBlock | ToolCallBlock | ToolResultBlock | ReasoningBlock
+Block = TextBlock | ToolCallBlock | ToolResultBlock | ReasoningBlock | ImageBlock | DocumentBlock
 
 
 @dataclass

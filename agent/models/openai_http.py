@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 
 from agent.models.base import (
+    DocumentBlock,
+    ImageBlock,
     Message,
     ModelError,
     ModelRequest,
@@ -66,6 +68,13 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
         for b in m.blocks:
             if isinstance(b, TextBlock):
                 items.append({"role": m.role, "content": b.text})
+            elif isinstance(b, ImageBlock):
+                items.append({"role": m.role, "content": [
+                    {"type": "input_image", "image_url": f"data:{b.mime};base64,{b.data}"}]})
+            elif isinstance(b, DocumentBlock):
+                items.append({"role": m.role, "content": [
+                    {"type": "input_file", "filename": b.title or "document.pdf",
+                     "file_data": f"data:{b.mime};base64,{b.data}"}]})
             elif isinstance(b, ToolCallBlock):
                 items.append({"type": "function_call", "call_id": b.id, "name": b.name,
                               "arguments": json.dumps(b.arguments)})
@@ -122,6 +131,7 @@ class OpenAIResponsesClient:
     """The OpenAI Responses API, stateless: store=false, encrypted reasoning included and carried forward."""
 
     provider = "openai"
+    accepts_pdf = True  # input_file items carry a PDF the service reads itself
     transport = "openai-responses"
 
     def __init__(self, model: str, *, api_key: str, base_url: str, http: httpx.Client,
@@ -178,6 +188,11 @@ def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any
         for b in m.blocks:
             if isinstance(b, TextBlock):
                 out.append({"role": "user", "content": b.text})
+            elif isinstance(b, ImageBlock):
+                out.append({"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": f"data:{b.mime};base64,{b.data}"}}]})
+            elif isinstance(b, DocumentBlock):
+                raise ModelError("protocol", "chat completions take no document input; send rendered page images instead")
             elif isinstance(b, ToolResultBlock):
                 out.append({"role": "tool", "tool_call_id": b.call_id, "content": b.content})
     return out
@@ -221,6 +236,7 @@ class OpenAIChatClient:
     {"chat_template_kwargs": {"enable_thinking": False}} for Qwen3. response_format is refused: see module doc."""
 
     provider = "openai-compat"
+    accepts_pdf = False  # chat completions (vLLM, LiteLLM) take text and images only
     transport = "chat-completions"
 
     def __init__(self, model: str, *, base_url: str, http: httpx.Client, api_key: str | None = None,

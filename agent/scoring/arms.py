@@ -15,13 +15,14 @@ the tool-surface version ("<version>+arm=<arm>"), so a record alone says which a
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.loop import LocalTool, ToolOutput, datasheet_local_tools
-from agent.models.base import Message, ModelClient, ModelRequest, ModelTurn, TextBlock
+from agent.models.base import DocumentBlock, ImageBlock, Message, ModelClient, ModelRequest, ModelTurn, TextBlock
 from agent.scoring.cells import ARM_MARK, CROSS_CHECK_TOOLS, NAVIGATION_TOOLS
 
 ARMS = ("normal", "withhold-navigation", "withhold-crosscheck", "closed-book", "null-tool", "wrong-content",
@@ -62,8 +63,7 @@ def arm_setup(arm: str, pdf: Path, *, decoy_pdf: Path | None = None) -> ArmSetup
     if arm in ("withhold-navigation", "closed-book"):
         return ArmSetup(arm, [], f"none{ARM_MARK}{arm}")
     if arm == "single-pass":
-        text = document_text(Path(pdf))
-        return ArmSetup(arm, [], f"none{ARM_MARK}{arm}", lambda model: DocumentInRequest(model, text))
+        return ArmSetup(arm, [], f"none{ARM_MARK}{arm}", lambda model: DocumentInRequest(model, Path(pdf)))
     tools, version = datasheet_local_tools(Path(pdf))
     if arm == "withhold-crosscheck":
         tools = [t for t in tools if t.spec.name not in CROSS_CHECK_TOOLS]
@@ -84,20 +84,41 @@ def document_text(pdf: Path) -> str:
 
 class DocumentInRequest:
     """A model client that puts the whole document into the first user message of every request (single-pass
-    baseline). Rendered page images for a backend without PDF input are not offered: the message model has no
-    user-side image block, so this arm sends the text layer only."""
+    baseline): the PDF itself for a backend that reads PDFs (`accepts_pdf`), else every page rendered as an image
+    (`page_dpi`), in both cases with the text layer beside it so a text-only reading is possible too."""
 
-    def __init__(self, model: ModelClient, document: str) -> None:
+    def __init__(self, model: ModelClient, pdf: Path, *, page_dpi: int = 80) -> None:
         self.inner = model
-        self.document = document
+        self.pdf = Path(pdf)
+        self.page_dpi = page_dpi
         self.model = getattr(model, "model", "unknown")
         self.provider = getattr(model, "provider", "unknown")
         self.transport = getattr(model, "transport", "unknown")
+        self._blocks: list[Any] | None = None
+
+    def document_blocks(self) -> list[Any]:
+        """Built once per cell: the document as the inner client can take it."""
+        if self._blocks is None:
+            text = TextBlock("The datasheet (its whole text layer, page by page):\n\n" + document_text(self.pdf))
+            if getattr(self.inner, "accepts_pdf", False):
+                data = base64.b64encode(self.pdf.read_bytes()).decode("ascii")
+                self._blocks = [DocumentBlock("application/pdf", data, self.pdf.name), text]
+            else:
+                self._blocks = [*page_images(self.pdf, dpi=self.page_dpi), text]
+        return self._blocks
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         messages = list(request.messages)
         if messages and messages[0].role == "user":
             first = messages[0]
-            doc = TextBlock("The datasheet (its whole text layer, page by page):\n\n" + self.document)
-            messages[0] = Message(first.role, [doc, *first.blocks])
+            messages[0] = Message(first.role, [*self.document_blocks(), *first.blocks])
         return self.inner.complete(dataclasses.replace(request, messages=messages))
+
+
+def page_images(pdf: Path, *, dpi: int = 80) -> list[ImageBlock]:
+    """Every page rendered to PNG by the datasheet tools' own renderer (inspect_page), as image blocks."""
+    from agent.datasheet import DatasheetSession
+
+    with DatasheetSession(pdf) as s:
+        return [ImageBlock("image/png", base64.b64encode(s.page_png(n, dpi=dpi)).decode("ascii"))
+                for n in range(1, s.manifest.pages + 1)]
