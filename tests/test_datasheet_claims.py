@@ -205,6 +205,19 @@ def test_reconstructed_toc_points_at_electrical_characteristics(sessions, key, p
     assert entries and entries[0].page == page
 
 
+def test_reconstructed_toc_finds_title_case_headings(sessions):
+    # A4988 sets its section headings in title case, 12 pt bold over 10 pt body text (checked in the text layer)
+    toc = sessions["a4988"].manifest.toc
+    where = {e.title: e.page for e in toc}
+    assert where.get("Functional Description") == 7
+    assert where.get("Absolute Maximum Ratings") == 2
+    assert any(t.upper().startswith("ELECTRICAL CHARACTERISTICS") and p == 4 for t, p in where.items())
+    # no noise: bold 9 pt group labels inside the page-4 table, and an equation set in a large font
+    assert not {"Output Drivers", "Control Logic", "Protection"} & set(where)
+    assert not any("=" in t for t in where)
+    assert len(toc) <= 25
+
+
 def test_manifest_lists_captioned_tables(sessions):
     tables = sessions["dps310"].manifest.tables
     assert any(t.page == 9 and (t.caption or "").startswith("Table 7") for t in tables)

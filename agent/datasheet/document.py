@@ -13,12 +13,12 @@ import hashlib
 import logging
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, Sequence
 
 import pymupdf
 
-from .normalise import fold
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,10 @@ class RegionOutsidePage(DatasheetToolError):
 
 
 # ------------------------------------------------------------------------------------------------------- model
-@dataclass(slots=True)
-class Span:
+class Span(NamedTuple):
+    """One run of text in one font. A tuple of plain values: tens of thousands per document, and the garbage
+    collector does not track tuples that hold no containers."""
+
     x0: float
     y0: float
     x1: float
@@ -72,7 +74,7 @@ class Span:
     bold: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class Line:
     """One MuPDF text line (reading order), or one baseline row (several lines side by side)."""
 
@@ -84,16 +86,23 @@ class Line:
     text: str
     size: float  # largest font size in the line
     bold: bool  # every non-blank span is bold
-    spans: list[Span] = field(default_factory=list)
+    runs: Sequence[Span] = ()  # the spans of a line set in several fonts (empty for a line in one font)
     running: bool = False  # a running header/footer repeated on many pages
-    parts: list["Line"] = field(default_factory=list)  # for a baseline row: its lines, left to right
+    parts: Sequence["Line"] = ()  # a row of several lines: its lines, left to right (a line alone on its
+    # baseline is its own row and has no parts)
+
+    @property
+    def spans(self) -> Sequence[Span]:
+        """The line's runs of text with their fonts; a line in one font is its own single run (made on demand:
+        most lines are, and most are never asked)."""
+        return self.runs or (Span(self.x0, self.y0, self.x1, self.y1, self.text, self.size, self.bold),)
 
     @property
     def height(self) -> float:
         return max(self.y1 - self.y0, 1.0)
 
 
-@dataclass
+@dataclass(slots=True)
 class PageText:
     number: int  # 1-based
     width: float
@@ -150,52 +159,66 @@ def open_pdf(path: str | Path) -> pymupdf.Document:
 _BOLD_FONT = re.compile(r"bold|black|heavy|semibold|demi", re.IGNORECASE)
 
 
-def _span_is_bold(span: dict, fonts: dict[str, bool]) -> bool:
-    if span["flags"] & 16:
-        return True
-    name = span.get("font", "")
-    if name not in fonts:
-        fonts[name] = bool(_BOLD_FONT.search(name))
-    return fonts[name]
-
-
 def read_page(page: pymupdf.Page) -> PageText:
-    """The page's text lines in reading order with font facts (one text extraction, no images)."""
+    """The page's text lines in reading order with font facts (one text extraction, no images).
+
+    This runs on every page of every document, so it is written as one flat pass over MuPDF's dict: a line of one
+    span (most lines) takes a short path, and a font's boldness is decided once per font name.
+    """
     number = page.number + 1
     data = page.get_text("dict", flags=pymupdf.TEXTFLAGS_TEXT)
     lines: list[Line] = []
     chars = 0
     fonts: dict[str, bool] = {}
+    bold_font = _BOLD_FONT.search
+    append = lines.append
     for block in data["blocks"]:
         for ln in block.get("lines", ()):
-            spans = []
-            for s in ln["spans"]:
-                t = s["text"]
-                if not t:
+            raw = ln["spans"]
+            if len(raw) == 1:  # most lines: one span, no joining
+                s = raw[0]
+                text = s["text"]
+                stripped = text.strip()
+                if not stripped:
                     continue
-                b = s["bbox"]
-                spans.append(Span(b[0], b[1], b[2], b[3], t, s["size"], _span_is_bold(s, fonts)))
-            if not spans:
-                continue
-            text = "".join(s.text for s in spans)
-            if not text.strip():
-                continue
+                name = s["font"]
+                b = fonts.get(name)
+                if b is None:
+                    b = fonts[name] = bool(bold_font(name))
+                b = b or bool(s["flags"] & 16)
+                size = s["size"]
+                spans: Sequence[Span] = ()
+            else:
+                span_list: list[Span] = []
+                size = 0.0
+                bold = True
+                parts: list[str] = []
+                for s in raw:
+                    t = s["text"]
+                    if not t:
+                        continue
+                    name = s["font"]
+                    b = fonts.get(name)
+                    if b is None:
+                        b = fonts[name] = bool(bold_font(name))
+                    b = b or bool(s["flags"] & 16)
+                    sz = s["size"]
+                    x0, y0, x1, y1 = s["bbox"]
+                    span_list.append(Span(x0, y0, x1, y1, t, sz, b))
+                    parts.append(t)
+                    if not t.isspace():
+                        if sz > size:
+                            size = sz
+                        bold = bold and b
+                text = "".join(parts)
+                stripped = text.strip()
+                if not stripped:
+                    continue
+                b = bold
+                spans = tuple(span_list)
             chars += len(text)
-            visible = [s for s in spans if s.text.strip()]
             x0, y0, x1, y1 = ln["bbox"]
-            lines.append(
-                Line(
-                    page=number,
-                    x0=x0,
-                    y0=y0,
-                    x1=x1,
-                    y1=y1,
-                    text=text.strip(),
-                    size=max(s.size for s in visible),
-                    bold=all(s.bold for s in visible),
-                    spans=spans,
-                )
-            )
+            append(Line(number, x0, y0, x1, y1, stripped, size, b, spans))
     rect = page.rect
     return PageText(number=number, width=rect.width, height=rect.height, lines=lines, chars=chars)
 
@@ -207,42 +230,53 @@ def baseline_rows(lines: list[Line]) -> list[Line]:
     """
     if not lines:
         return []
-    ordered = sorted(lines, key=lambda ln: ((ln.y0 + ln.y1) / 2, ln.x0))
+    ordered = sorted(lines, key=lambda ln: (ln.y0 + ln.y1, ln.x0))
     rows: list[list[Line]] = []
-    bands: list[tuple[float, float]] = []
+    bands: list[list[float]] = []  # [y0, y1] of each row
     for ln in ordered:
-        placed = False
+        ly0, ly1 = ln.y0, ln.y1
+        lh = ly1 - ly0 if ly1 - ly0 > 1.0 else 1.0
         # compare with the most recent few rows only (rows are built top to bottom)
-        for i in range(len(rows) - 1, max(-1, len(rows) - 4), -1):
-            b0, b1 = bands[i]
-            overlap = min(b1, ln.y1) - max(b0, ln.y0)
-            if overlap >= 0.5 * min(b1 - b0, ln.height):
+        n = len(rows)
+        for i in range(n - 1, n - 4 if n > 3 else -1, -1):
+            band = bands[i]
+            b0, b1 = band
+            bh = b1 - b0
+            overlap = (b1 if b1 < ly1 else ly1) - (b0 if b0 > ly0 else ly0)
+            if overlap >= 0.5 * (bh if bh < lh else lh):
                 rows[i].append(ln)
-                bands[i] = (min(b0, ln.y0), max(b1, ln.y1)) if ln.height < 1.5 * (b1 - b0) else (b0, b1)
-                placed = True
+                if lh < 1.5 * bh:
+                    band[0] = b0 if b0 < ly0 else ly0
+                    band[1] = b1 if b1 > ly1 else ly1
                 break
-        if not placed:
+        else:
             rows.append([ln])
-            bands.append((ln.y0, ln.y1))
+            bands.append([ly0, ly1])
     out = []
     for members in rows:
+        if len(members) == 1:
+            out.append(members[0])  # a line alone on its baseline is its own row (no parts)
+            continue
         members.sort(key=lambda ln: ln.x0)
-        spans = [s for m in members for s in m.spans]
-        out.append(
-            Line(
-                page=members[0].page,
-                x0=min(m.x0 for m in members),
-                y0=min(m.y0 for m in members),
-                x1=max(m.x1 for m in members),
-                y1=max(m.y1 for m in members),
-                text=" ".join(m.text for m in members),
-                size=max(m.size for m in members),
-                bold=all(m.bold for m in members),
-                spans=spans,
-                running=all(m.running for m in members),
-                parts=members,
-            )
-        )
+        first = members[0]
+        x0, y0, x1, y1, size = first.x0, first.y0, first.x1, first.y1, first.size
+        bold, running = first.bold, first.running
+        texts = [first.text]
+        spans = list(first.spans)
+        for m in members[1:]:
+            if m.y0 < y0:
+                y0 = m.y0
+            if m.x1 > x1:
+                x1 = m.x1
+            if m.y1 > y1:
+                y1 = m.y1
+            if m.size > size:
+                size = m.size
+            bold = bold and m.bold
+            running = running and m.running
+            texts.append(m.text)
+            spans.extend(m.spans)
+        out.append(Line(first.page, x0, y0, x1, y1, " ".join(texts), size, bold, tuple(spans), running, members))
     out.sort(key=lambda r: (r.y0, r.x0))
     return out
 
@@ -251,26 +285,32 @@ _DIGITS = re.compile(r"\d+")
 
 
 def _running_key(line: Line) -> str:
-    return _DIGITS.sub("#", fold(line.text))
+    return _DIGITS.sub("#", " ".join(line.text.lower().split()))
+
+
+_PAGE_NUMBER_KEYS = frozenset({"#", "page #", "# of #", "page # of #"})
 
 
 def mark_running_lines(pages: list[PageText], margin: float = 0.12) -> None:
-    """Mark lines in the top/bottom `margin` of the page that repeat (digits ignored) on many pages."""
+    """Mark lines in the top/bottom `margin` of the page that repeat (digits ignored) on many pages.
+
+    Each margin line's key is computed once; lines in the body of the page are never looked at twice.
+    """
     n = len(pages)
     if n < 3:
         return
     counts: Counter[str] = Counter()
+    keyed: list[tuple[Line, str]] = []
     for pg in pages:
+        top, bottom = pg.height * margin, pg.height * (1 - margin)
         seen = set()
         for ln in pg.lines:
-            if ln.y1 < pg.height * margin or ln.y0 > pg.height * (1 - margin):
-                seen.add(_running_key(ln))
+            if ln.y1 < top or ln.y0 > bottom:
+                key = _running_key(ln)
+                keyed.append((ln, key))
+                seen.add(key)
         counts.update(seen)
     threshold = max(3, int(0.4 * n))
-    frequent = {k for k, c in counts.items() if c >= threshold}
-    for pg in pages:
-        for ln in pg.lines:
-            if ln.y1 < pg.height * margin or ln.y0 > pg.height * (1 - margin):
-                key = _running_key(ln)
-                if key in frequent or key in {"#", "page #", "# of #", "page # of #"}:
-                    ln.running = True
+    for ln, key in keyed:
+        if counts[key] >= threshold or key in _PAGE_NUMBER_KEYS:
+            ln.running = True

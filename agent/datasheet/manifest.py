@@ -145,8 +145,8 @@ def load_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Loade
                 source = "reconstructed"
                 note = (
                     "The PDF has no bookmarks: these contents were inferred from the page layout (numbered headings, "
-                    "bold or large all-caps titles, table captions). Page numbers are inferred; confirm with "
-                    "search_text or get_section_text."
+                    "bold or large all-caps and title-case headings, table captions). Page numbers are inferred; "
+                    "confirm with search_text or get_section_text."
                 )
             else:
                 source = "none"
@@ -161,7 +161,8 @@ def load_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Loade
                 revision=_revision(doc, pages),
                 toc_source=source,
                 toc_note=note,
-                toc=[TocItem(level=e.level, title=e.title, page=e.page) for e in toc],
+                # plain dicts: the Manifest validates every item in one call
+                toc=[{"level": e.level, "title": e.title, "page": e.page} for e in toc],
                 tables=_table_list(pages),
                 pages_without_text=[p.number for p in pages if p.chars == 0],
             )
@@ -227,9 +228,9 @@ def _revision(doc: pymupdf.Document, pages: list[PageText]) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def _table_list(pages: list[PageText]) -> list[TableItem]:
+def _table_list(pages: list[PageText]) -> list[dict]:
     """Tables per page from the lines' positions: captioned ('Table 5 ...') or found as a grid of cells."""
-    out: list[TableItem] = []
+    out: list[dict] = []  # TableItem fields; the Manifest validates them all in one call
     for pg in pages:
         rows = [_row_of(r) for r in pg.rows()]
         captions = [
@@ -246,17 +247,19 @@ def _table_list(pages: list[PageText]) -> list[TableItem]:
                 caption = " ".join(cap[1].split())
             else:
                 caption = _untitled_caption(rows, i)
-            out.append(TableItem(page=pg.number, caption=caption))
+            out.append({"page": pg.number, "caption": caption})
         for cap in captions:
             if cap not in used:
-                out.append(TableItem(page=pg.number, caption=" ".join(cap[1].split())))
+                out.append({"page": pg.number, "caption": " ".join(cap[1].split())})
     return out
 
 
 def _row_of(line) -> Row:
     """A baseline row as table cells: its lines, joined where MuPDF split them with only a word space."""
+    if not line.parts:
+        return Row(line.y0, line.y1, [Cell(line.x0, line.x1, line.text)])
     cells: list[Cell] = []
-    for m in line.parts or [line]:
+    for m in line.parts:
         if cells and m.x0 - cells[-1].x1 < 0.25 * m.height:
             cells[-1] = Cell(cells[-1].x0, m.x1, cells[-1].text + " " + m.text)
         else:
