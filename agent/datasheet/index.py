@@ -100,15 +100,21 @@ class SearchIndex:
 
         q_raw = " ".join(query.split())
         q_fold = fold_query(query)
+        # A query copied from the PDF may carry line-break hyphenation ("com- mands") that the index has joined.
+        q_joined = fold(query)
         q_compact = q_fold.replace(" ", "")
         tokens = [re.escape(t) for t in q_fold.split()]
         token_re = re.compile(r"(?<![\w.])" + r".{0,80}?".join(tokens)) if len(tokens) > 1 else None
-        for kind in ("exact", "normalised", "row", "row_words"):
+        for kind in ("exact", "normalised", "joined", "row", "row_words"):
             for pi in pages:
                 if kind == "exact":
                     found = self._scan(pi, pi.raw, pi.raw_starts, q_raw, kind)
                 elif kind == "normalised":
                     found = self._scan(pi, pi.folded, pi.fold_starts, q_fold, kind)
+                elif kind == "joined":
+                    if q_joined == q_fold:
+                        continue
+                    found = self._scan(pi, pi.folded, pi.fold_starts, q_joined, "normalised")
                 elif kind == "row":
                     found = [
                         Hit(pi.number, _snippet_row(pi, k), k, pi.rows[k].y0, kind)
