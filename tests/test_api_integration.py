@@ -101,9 +101,12 @@ def test_agent_chamber_client_speaks_the_contract(wt, tmp_path, claims):
         assert client.call_tool(sid, "submit_chamber_outcome", {"prediction": "fail", "summary": "x"}).ok
 
 
-def test_fifty_concurrent_clients_never_interleave_and_never_see_5xx(wt, tmp_path, claims):
+@pytest.mark.parametrize("chamber_calls", ["inline", "thread"])
+def test_fifty_concurrent_clients_never_interleave_and_never_see_5xx(wt, tmp_path, claims, chamber_calls):
     """Each client i: own session; stage pot_1=i, measure, stage pot_2=i, describe (must show i, i), submit.
 
+    Both places chamber work can run: inline on the event loop (the in-process sim's default) and on the one
+    chamber thread (a serial chamber's default), where calls really are in flight while others arrive.
     Retries on 409 chamber_busy with a short seeded jittered back-off (a polling loop, not a timed assertion)."""
     spy = SetSpy(wt)
     statuses: list[int] = []
@@ -140,7 +143,8 @@ def test_fifty_concurrent_clients_never_interleave_and_never_see_5xx(wt, tmp_pat
             with lock:
                 failures.append(f"client {i}: {type(exc).__name__}: {exc}")
 
-    with running_api({"wt": wt}, record_dir=tmp_path, claims=claims, lease_timeout_s=30.0) as url:
+    with running_api({"wt": wt}, record_dir=tmp_path, claims=claims, lease_timeout_s=30.0,
+                     chamber_calls=chamber_calls) as url:
         threads = [threading.Thread(target=client, args=(i, url)) for i in range(n_clients)]
         for t in threads:
             t.start()

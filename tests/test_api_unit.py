@@ -6,6 +6,7 @@ The HTTP layer runs in-process (FastAPI's TestClient); the chamber is the real i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import threading
@@ -18,6 +19,7 @@ from chamber.limits import OperatorLimits
 from protocols.api import CODES, TOOLS, create_app
 from protocols.api.auth import TokenRequired, is_loopback, resolve_token
 from protocols.api.lease import ChamberLease, LeaseBusy
+from protocols.api.record import RecordFiles, SessionRecord
 from protocols.claims import load_claims
 
 CLAIM = "dps310-operating-range"
@@ -351,36 +353,125 @@ def test_deleting_a_session_frees_the_lease(client):
 
 
 def test_lease_alone_serialises_calls_of_one_session(clock):
-    lease = ChamberLease(10.0, clock=clock, wait_s=5.0)
-    assert lease.begin("a").how == "acquired"
-    order = []
-    second_started = threading.Event()
+    async def scenario():
+        lease = ChamberLease(10.0, clock=clock, wait_s=5.0)
+        assert (await lease.begin("a")).how == "acquired"
+        order = []
 
-    def second_call():
-        second_started.set()
-        grant = lease.begin("a")  # blocks until the first call ends
-        order.append(("second", grant.how))
+        async def second_call():
+            grant = await lease.begin("a")  # waits until the first call ends
+            order.append(("second", grant.how))
+            lease.end("a")
+
+        second = asyncio.create_task(second_call())
+        await asyncio.sleep(0)  # the second call is now waiting for the first
+        assert not second.done()
+        order.append(("first", "end"))
         lease.end("a")
+        await asyncio.wait_for(second, timeout=5)
+        assert order == [("first", "end"), ("second", "held")]
+        with pytest.raises(LeaseBusy):
+            await lease.begin("b")
+        assert await lease.release("a") and (await lease.begin("b")).how == "acquired"
 
-    t = threading.Thread(target=second_call)
-    t.start()
-    second_started.wait()
-    order.append(("first", "end"))
-    lease.end("a")
-    t.join(timeout=5)
-    assert order == [("first", "end"), ("second", "held")]
-    with pytest.raises(LeaseBusy):
-        lease.begin("b")
-    assert lease.release("a") and lease.begin("b").how == "acquired"
+    asyncio.run(scenario())
 
 
 def test_lease_busy_session_is_not_stolen_even_after_the_timeout(clock):
-    lease = ChamberLease(10.0, clock=clock)
-    lease.begin("a")  # a long call in flight
-    clock.now += 1000
-    with pytest.raises(LeaseBusy) as info:
-        lease.begin("b")
-    assert info.value.retry_after_s == 10
+    async def scenario():
+        lease = ChamberLease(10.0, clock=clock)
+        await lease.begin("a")  # a long call in flight
+        clock.now += 1000
+        with pytest.raises(LeaseBusy) as info:
+            await lease.begin("b")
+        assert info.value.retry_after_s == 10
+
+    asyncio.run(scenario())
+
+
+def test_lease_waits_in_arrival_order_and_refuses_when_the_wait_runs_out(clock):
+    async def scenario():
+        lease = ChamberLease(10.0, clock=clock, wait_s=0.05)
+        await lease.begin("a")
+        with pytest.raises(LeaseBusy, match="still using the chamber"):
+            await lease.begin("a")  # the first call never ends within wait_s
+        lease.wait_s = 5.0
+        order = []
+
+        async def call(name):
+            await lease.begin("a")
+            order.append(name)
+            await asyncio.sleep(0)  # yield while holding the call slot: nobody may overtake
+            lease.end("a")
+
+        waiting = [asyncio.create_task(call(i)) for i in range(5)]
+        await asyncio.sleep(0)
+        lease.end("a")
+        await asyncio.wait_for(asyncio.gather(*waiting), timeout=5)
+        assert order == list(range(5))
+        releasing = asyncio.create_task(lease.release("a"))  # free: released at once
+        assert await releasing and lease.holder is None
+
+    asyncio.run(scenario())
+
+
+def test_a_deleted_session_waits_for_its_call_in_flight_then_frees_the_lease(clock):
+    async def scenario():
+        lease = ChamberLease(10.0, clock=clock)
+        await lease.begin("a")
+        releasing = asyncio.create_task(lease.release("a"))
+        await asyncio.sleep(0)
+        assert not releasing.done() and lease.holds("a")  # the call in flight finishes first
+        lease.end("a")
+        assert await asyncio.wait_for(releasing, timeout=5) and lease.holder is None
+
+    asyncio.run(scenario())
+
+
+def test_chamber_work_runs_inline_for_the_sim_and_on_one_thread_otherwise(wt, tmp_path, claims):
+    assert create_app({"wt": wt}, record_dir=tmp_path, claims=claims).state.api.runner.mode == "inline"
+    not_a_sim = type("SerialLike", (), {"layout": wt.layout, "limits": None, "backend": object()})()
+    assert create_app({"wt": not_a_sim}, record_dir=tmp_path, claims=claims).state.api.runner.mode == "thread"
+    with pytest.raises(ValueError, match="chamber_calls"):
+        create_app({"wt": wt}, record_dir=tmp_path, claims=claims, chamber_calls="pool")
+
+
+def test_parallel_calls_of_one_session_on_the_chamber_thread_are_served_in_turn(wt, tmp_path, claims):
+    """16 concurrent measure calls of one session with the chamber work on its own thread: every call is served
+    (none refused, none interleaved: the backend sees one MSR at a time), and the session holds the lease."""
+    app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, chamber_calls="thread", call_wait_s=30.0)
+    in_flight, overlaps = [0], []
+    original = wt.backend.measure
+
+    def counting_measure(n):
+        in_flight[0] += 1
+        overlaps.append(in_flight[0])
+        try:
+            return original(n)
+        finally:
+            in_flight[0] -= 1
+
+    wt.backend.measure = counting_measure
+    with TestClient(app) as c:
+        sid = frozen_session(c)
+        results: list[tuple[int, str]] = []
+        lock = threading.Lock()
+
+        def call() -> None:
+            r = c.post(f"/sessions/{sid}/tools/measure", json={"n": 2})
+            with lock:
+                results.append((r.status_code, r.headers.get("x-chamber-lease", "")))
+
+        threads = [threading.Thread(target=call) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert sorted(status for status, _ in results) == [200] * 16
+        assert {how for _, how in results} <= {"acquired", "held"}
+        assert max(overlaps) == 1 and len(overlaps) == 16
+        assert c.get(f"/sessions/{sid}").json()["holds_lease"] is True
+        assert c.delete(f"/sessions/{sid}").json()["holds_lease"] is False
 
 
 # -------------------------------------------------------------------------------------------- record
@@ -408,6 +499,26 @@ def test_record_is_on_disk_before_the_response_is_read(client, app):
     tool(client, sid, "describe_chamber")
     lines = path.read_text().splitlines()
     assert len(lines) == before + 2 and json.loads(lines[-1])["status"] == 200
+
+
+def test_record_files_stay_open_within_a_bound_and_reopen_to_append(tmp_path):
+    files = RecordFiles(max_open=2)
+    records = [SessionRecord(tmp_path / f"s{i}.jsonl", lambda: 0.0, files) for i in range(3)]
+    for round_ in range(2):
+        for i, record in enumerate(records):
+            record.write("event", round=round_, session=i, text="line\nbreak é")
+        assert files.open_count() == 2  # the least recently written file was closed, not leaked
+    records[0].write("response", raw_body=b'{"ok":true}', status=200)
+    for i, record in enumerate(records):
+        events = record.read()
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert [(e["round"], e["session"], e["text"]) for e in events if e["kind"] == "event"] == \
+               [(0, i, "line\nbreak é"), (1, i, "line\nbreak é")]
+    assert records[0].read()[-1]["body"] == {"ok": True}
+    files.close()
+    assert files.open_count() == 0
+    records[1].write("after_close")  # a write after close reopens and appends
+    assert records[1].read()[-1]["kind"] == "after_close" and len(records[1].read()) == 3
 
 
 # -------------------------------------------------------------------------------------------- auth

@@ -11,6 +11,11 @@ Request path of a tool call `POST /sessions/{id}/tools/{name}` (the order is the
   after the whole request passed the SettingGuard) -> record the response -> reply.
 Arguments are validated after the freeze check on purpose: before the freeze every chamber tool answers 409,
 whatever was sent. The tool's schema is still documented in /openapi.json (and served at GET /tools).
+
+Why the tool route is async: everything but the chamber work is bookkeeping of a few tens of microseconds, done
+on the event loop; the chamber work runs where `ChamberRunner` says (inline for the in-process simulator, one
+dedicated thread for a device). Bouncing every call through the thread pool cost more than the call itself and,
+with many clients, made the loop and a crowd of pool threads fight over the GIL (issue #5 latency goal).
 """
 
 import json
@@ -19,13 +24,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chamber.errors import ChamberError, InvalidSetting
@@ -38,6 +42,7 @@ from .errors import ApiError, error_body
 from .guard import SettingGuard
 from .lease import ChamberLease, LeaseBusy
 from .record import RecordMiddleware
+from .runner import MODES, ChamberRunner, mode_for
 from .schemas import (
     CreateSession,
     ErrorResponse,
@@ -69,6 +74,12 @@ class ApiState:
     store: SessionStore
     lease: ChamberLease
     env: ToolEnvironment
+    runner: ChamberRunner
+
+    def close(self) -> None:
+        """Close the record files and stop the chamber thread (when the server stops)."""
+        self.store.close()
+        self.runner.close()
 
 
 def _limits_by_kind(limits: Any, kinds: list[str]) -> dict[str, list[OperatorLimits]]:
@@ -115,6 +126,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     call_wait_s: float | None = None,
     new_session_id: Callable[[], str] | None = None,
+    chamber_calls: str = "auto",
 ) -> FastAPI:
     """Build the API over connected chambers {"wt": Chamber, "lt": Chamber} (either may be absent).
 
@@ -122,7 +134,11 @@ def create_app(
     `_limits_by_kind` for the accepted forms). `clock` (monotonic seconds) drives the lease timeout; `wall_clock`
     stamps the records. `token`: when given, every request needs `Authorization: Bearer <token>`.
     `call_wait_s`: how long a session's second concurrent call waits for its first (default: the lease timeout).
+    `chamber_calls`: where chamber work runs, "inline" on the event loop, "thread" (one dedicated worker thread)
+    or "auto" (inline when every chamber is the in-process simulator; see runner.py).
     """
+    if chamber_calls not in MODES:
+        raise ValueError(f"chamber_calls must be one of {', '.join(MODES)}, got {chamber_calls!r}")
     kinds = sorted(chambers)
     per_kind = _limits_by_kind(limits, kinds)
     guards = {kind: SettingGuard(ch.layout, [*per_kind[kind], getattr(ch, "limits", None)]) for kind, ch in chambers.items()}
@@ -131,7 +147,8 @@ def create_app(
     store = SessionStore(claims if claims is not None else load_claims(), Path(record_dir), connected=kinds,
                          wall_clock=wall_clock, **store_kwargs)
     lease = ChamberLease(lease_timeout_s, clock=clock, wait_s=call_wait_s)
-    state = ApiState(store, lease, env)
+    runner = ChamberRunner(mode_for(chambers) if chamber_calls == "auto" else chamber_calls)
+    state = ApiState(store, lease, env, runner)
 
     app = FastAPI(
         title="chamberlab chamber tools API",
@@ -173,13 +190,13 @@ def create_app(
 
     # ------------------------------------------------------------------------------------------ service
     @app.get("/health", summary="liveness and what is connected")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:
         return {"status": "ok", "api_version": API_VERSION, "chambers": kinds, "tools": [t.name for t in TOOLS]}
 
     tool_specs = [t.spec() for t in TOOLS]
 
     @app.get("/tools", response_model=list[ToolSpecModel], summary="the chamber tools: name, description, input_schema")
-    def list_tools() -> JSONResponse:
+    async def list_tools() -> JSONResponse:
         return JSONResponse(tool_specs)
 
     # ------------------------------------------------------------------------------------------ sessions
@@ -199,14 +216,14 @@ def create_app(
                              outcome=session.outcome).model_dump()
 
     @app.get("/sessions/{session_id}", response_model=SessionStatus, summary="a session's state")
-    def get_session(session_id: str) -> JSONResponse:
+    async def get_session(session_id: str) -> JSONResponse:
         return JSONResponse(jsonable(_status(store.get(session_id))))
 
     @app.delete("/sessions/{session_id}", response_model=SessionStatus, summary="end a session and free the lease")
-    def delete_session(session_id: str) -> JSONResponse:
+    async def delete_session(session_id: str) -> JSONResponse:
         session = store.get(session_id)
         store.end(session, "deleted")
-        lease.release(session.id)
+        await lease.release(session.id)
         return JSONResponse(jsonable(_status(session)))
 
     @app.post("/sessions/{session_id}/extraction", response_model=ExtractionFrozen,
@@ -224,7 +241,7 @@ def create_app(
         return JSONResponse({"session_id": session.id, "sha256": session.extraction_sha256, "payload": payload})
 
     # ------------------------------------------------------------------------------------------ tools
-    def run_tool(session_id: str, tool: Tool, raw: bytes) -> JSONResponse:
+    async def run_tool(session_id: str, tool: Tool, raw: bytes) -> JSONResponse:
         session = store.get(session_id)
         store.require_chamber_phase(session, tool.name)
         args = _parse_arguments(tool, raw)
@@ -232,10 +249,10 @@ def create_app(
             result = tool.run(env, session, args)
             if not store.end(session, "submitted", result["outcome"]):
                 raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
-            lease.release(session.id)
+            await lease.release(session.id)
             return JSONResponse({**result, "stored": True, "ended": True})
         try:
-            grant = lease.begin(session.id)
+            grant = await lease.begin(session.id)
         except LeaseBusy as exc:
             raise ApiError("chamber_busy", f"{tool.name}: {exc}",
                            headers={"Retry-After": str(exc.retry_after_s)}) from None
@@ -244,7 +261,7 @@ def create_app(
                 session.record.write("lease", how="taken_over", previous_holder=grant.previous_holder)
             if session.ended:  # ended (DELETE) while this call waited for the session's previous one
                 raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
-            result = tool.run(env, session, args)
+            result = await runner.run(tool.run, env, session, args)
         except ApiError:
             raise
         except InvalidSetting as exc:
@@ -295,12 +312,12 @@ def _parse_arguments(tool: Tool, raw: bytes) -> Any:
                        details=jsonable(errors[:8])) from None
 
 
-def _add_tool_route(app: FastAPI, tool: Tool, run_tool: Callable[[str, Tool, bytes], JSONResponse]) -> None:
+def _add_tool_route(app: FastAPI, tool: Tool, run_tool: Callable[[str, Tool, bytes], Awaitable[JSONResponse]]) -> None:
     required = bool(tool.arguments.model_json_schema().get("required"))
 
     async def endpoint(session_id: str, request: Request) -> JSONResponse:
         raw = await request.body()
-        return await run_in_threadpool(run_tool, session_id, tool, raw)
+        return await run_tool(session_id, tool, raw)
 
     app.add_api_route(
         f"/sessions/{{session_id}}/tools/{tool.name}",

@@ -10,8 +10,13 @@ another's"):
 - Any other session asking while the lease is held gets `LeaseBusy` (HTTP 409 `chamber_busy`) with a
   Retry-After: the seconds until the idle timeout could lapse it (the timeout itself while a call is running).
 - Within the holder, calls are serialised: a second concurrent call of the same session waits (up to
-  `wait_s`, in arrival order: `FifoLock`) for the first to finish instead of interleaving with it. A parallel
-  tool call from one model turn is thus served in order; it is refused only if the wait runs out.
+  `wait_s`, in arrival order: `AsyncFifoLock`) for the first to finish instead of interleaving with it. A
+  parallel tool call from one model turn is thus served in order; it is refused only if the wait runs out.
+
+Why asyncio: the API's tool calls run on the server's event loop (app.py) and only the chamber work itself may
+leave it, so waiting for the call slot is an awaitable, not a parked thread: no thread per waiting call and no
+contention for the GIL between a pool of waiting threads and the loop (issue #5 latency goal). Every method is
+called from that one event loop; `holds`/`holder` only read and are safe from anywhere.
 
 All chambers of one server share one lease (the apparatus): simple, and a protocol that needs both tunnels
 cannot deadlock against a session holding one of them.
@@ -19,8 +24,8 @@ cannot deadlock against a session holding one of them.
 
 from __future__ import annotations
 
+import asyncio
 import math
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -42,44 +47,54 @@ class LeaseGrant:
     previous_holder: str | None = None
 
 
-class FifoLock:
-    """A lock whose waiters are served in arrival order (threading.Lock is not fair: under a burst of parallel
-    calls one caller could wait far longer than the others). Ownership passes directly to the next waiter."""
+class AsyncFifoLock:
+    """An asyncio lock whose waiters are served in arrival order, with a timeout on the wait.
+
+    Ownership passes directly to the next waiter on release (its future is resolved while the lock stays
+    locked), so a newcomer can never overtake a waiter, and a waiter whose timeout fires just as it was handed
+    the lock keeps it."""
 
     def __init__(self) -> None:
-        self._mutex = threading.Lock()
         self._locked = False
-        self._waiters: deque[threading.Event] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
-    def acquire(self, timeout: float) -> bool:
-        with self._mutex:
-            if not self._locked:
-                self._locked = True
-                return True
-            turn = threading.Event()
-            self._waiters.append(turn)
-        if turn.wait(timeout):
+    def locked(self) -> bool:
+        return self._locked
+
+    async def acquire(self, timeout: float | None = None) -> bool:
+        """True once owned; False when `timeout` seconds passed first (None: wait as long as it takes)."""
+        if not self._locked:
+            self._locked = True
             return True
-        with self._mutex:
-            try:
-                self._waiters.remove(turn)
-            except ValueError:  # handed over just as the wait timed out: we own it
-                return True
-            return False
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(turn)
+        try:
+            await asyncio.wait((turn,), timeout=timeout)
+        except BaseException:  # the waiting task was cancelled: give the lock on if it was handed to us
+            if turn.done() and not turn.cancelled():
+                self.release()
+            else:
+                self._forget(turn)
+            raise
+        if turn.done():
+            return True
+        self._forget(turn)
+        return False
+
+    def _forget(self, turn: asyncio.Future[None]) -> None:
+        turn.cancel()
+        try:
+            self._waiters.remove(turn)
+        except ValueError:
+            pass
 
     def release(self) -> None:
-        with self._mutex:
-            if self._waiters:
-                self._waiters.popleft().set()  # still locked: the next waiter owns it now
-            else:
-                self._locked = False
-
-    def __enter__(self) -> "FifoLock":
-        self.acquire(timeout=threading.TIMEOUT_MAX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+        while self._waiters:
+            turn = self._waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)  # still locked: the next waiter owns it now
+                return
+        self._locked = False
 
 
 class ChamberLease:
@@ -89,22 +104,20 @@ class ChamberLease:
         self.timeout_s = float(timeout_s)
         self.wait_s = float(timeout_s if wait_s is None else wait_s)
         self._clock = clock
-        self._state = threading.Lock()  # guards holder / busy / last_active; held only for a few statements
-        self._call = FifoLock()  # held for the duration of one chamber call; waiters served in arrival order
+        self._call = AsyncFifoLock()  # held for the duration of one chamber call; waiters served in arrival order
         self._holder: str | None = None
         self._busy = False
         self._last_active = 0.0
 
     @property
     def holder(self) -> str | None:
-        with self._state:
-            return self._holder if not self._lapsed() else None
+        return self._holder if not self._lapsed() else None
 
     def _lapsed(self) -> bool:
         return self._holder is not None and not self._busy and self._clock() - self._last_active >= self.timeout_s
 
     def _refuse_if_other(self, session_id: str) -> None:
-        """LeaseBusy when another session holds an unlapsed lease (call with _state held)."""
+        """LeaseBusy when another session holds an unlapsed lease."""
         if self._holder is None or self._holder == session_id or self._lapsed():
             return
         retry = self.timeout_s if self._busy else self.timeout_s - (self._clock() - self._last_active)
@@ -112,52 +125,48 @@ class ChamberLease:
             f"the chamber is leased to another session (it lapses after {self.timeout_s:g} s without a call); "
             f"retry after {max(1, math.ceil(retry))} s", max(1, math.ceil(retry)))
 
-    def begin(self, session_id: str) -> LeaseGrant:
+    async def begin(self, session_id: str) -> LeaseGrant:
         """Take (or keep) the lease for one call; raises LeaseBusy. Pair every successful begin with end()."""
-        with self._state:
-            self._refuse_if_other(session_id)  # other sessions are refused at once, never queued
-        if not self._call.acquire(timeout=self.wait_s):  # only the holder's own calls wait here
-            with self._state:
-                self._refuse_if_other(session_id)
+        self._refuse_if_other(session_id)  # other sessions are refused at once, never queued
+        if not await self._call.acquire(timeout=self.wait_s):  # only the holder's own calls wait here
+            self._refuse_if_other(session_id)
             raise LeaseBusy(f"an earlier call of session {session_id} is still using the chamber after "
                             f"{self.wait_s:g} s; retry when it has finished", max(1, math.ceil(self.wait_s)))
-        with self._state:
-            try:
-                self._refuse_if_other(session_id)  # another session may have taken it while we waited
-            except LeaseBusy:
-                self._call.release()
-                raise
-            previous = self._holder
-            how = "held" if previous == session_id else ("taken_over" if previous is not None else "acquired")
-            self._holder = session_id
-            self._busy = True
-            self._last_active = self._clock()
-            return LeaseGrant(session_id, how, previous if how == "taken_over" else None)
+        try:
+            self._refuse_if_other(session_id)  # another session may have taken it while we waited
+        except LeaseBusy:
+            self._call.release()
+            raise
+        previous = self._holder
+        how = "held" if previous == session_id else ("taken_over" if previous is not None else "acquired")
+        self._holder = session_id
+        self._busy = True
+        self._last_active = self._clock()
+        return LeaseGrant(session_id, how, previous if how == "taken_over" else None)
 
     def end(self, session_id: str) -> None:
         """The call finished: the session keeps the lease, idle from now."""
-        with self._state:
-            if self._holder != session_id or not self._busy:
-                return
-            self._busy = False
-            self._last_active = self._clock()
+        if self._holder != session_id or not self._busy:
+            return
+        self._busy = False
+        self._last_active = self._clock()
         self._call.release()
 
-    def release(self, session_id: str) -> bool:
+    async def release(self, session_id: str) -> bool:
         """Give the lease up (the session ended). Waits for a call of the session still in flight, if any."""
-        with self._state:
-            if self._holder != session_id:
-                return False
-            if not self._busy:
+        if self._holder != session_id:
+            return False
+        if not self._busy:
+            self._holder = None
+            return True
+        await self._call.acquire()  # the session's call in flight finishes first
+        try:
+            if self._holder == session_id and not self._busy:
                 self._holder = None
                 return True
-        with self._call:  # the session's call in flight finishes first
-            with self._state:
-                if self._holder == session_id and not self._busy:
-                    self._holder = None
-                    return True
-                return False
+            return False
+        finally:
+            self._call.release()
 
     def holds(self, session_id: str) -> bool:
-        with self._state:
-            return self._holder == session_id and not self._lapsed()
+        return self._holder == session_id and not self._lapsed()

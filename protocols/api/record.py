@@ -1,4 +1,5 @@
-"""Each session's JSONL record: every request and every response, appended and flushed before the reply leaves.
+"""Each session's JSONL record: every request and every response, appended and handed to the OS before the reply
+leaves.
 
 Why before the reply: the record is the audit trail of what an untrusted agent asked the chamber and what it was
 told. If the server dies mid-call, the request is already on disk; if a response reached the agent, its line is
@@ -18,6 +19,7 @@ import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Awaitable, Callable, MutableMapping
 
@@ -54,31 +56,71 @@ def _decoded(body: bytes) -> Any:
         return {"unparsed": body.decode("utf-8", errors="replace")}
 
 
-class SessionRecord:
-    """Appends JSON lines to one session's file; each write is opened, written, flushed and closed.
+class RecordFiles:
+    """The append handles of the session records, kept open between writes, at most `max_open` at a time.
 
-    Why open per write: a server may hold hundreds of sessions (a schema fuzzer creates many), and a file handle
-    per session would exhaust descriptors; an append is a few tens of microseconds.
+    Why open handles: reopening the file for every event cost more than the rest of a small tool call's
+    bookkeeping. Why a bound: a server may hold hundreds of sessions (a schema fuzzer creates many), and one
+    handle per session would exhaust descriptors; the least recently written file is closed first and simply
+    reopened if its session writes again. Handles are unbuffered (`buffering=0`): each event is one write(2) of
+    a whole line, on the OS's side of the file before `append` returns (no fsync: a server crash keeps it, a
+    power cut may not).
     """
 
-    def __init__(self, path: Path, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, max_open: int = 64) -> None:
+        if max_open < 1:
+            raise ValueError(f"max_open must be >= 1, got {max_open!r}")
+        self.max_open = max_open
+        self._lock = threading.Lock()
+        self._files: OrderedDict[Path, Any] = OrderedDict()
+
+    def append(self, path: Path, data: bytes) -> None:
+        with self._lock:
+            handle = self._files.pop(path, None)
+            if handle is None:
+                while len(self._files) >= self.max_open:
+                    self._files.popitem(last=False)[1].close()
+                handle = open(path, "ab", buffering=0)  # noqa: SIM115 - kept open on purpose, closed by close()
+            self._files[path] = handle  # most recently used last
+            view = memoryview(data)
+            while view:  # a raw write may be partial; the line goes out whole
+                view = view[handle.write(view):]
+
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._files)
+
+    def close(self) -> None:
+        with self._lock:
+            while self._files:
+                self._files.popitem()[1].close()
+
+
+class SessionRecord:
+    """Appends JSON lines to one session's file; each line reaches the OS before `write` returns.
+
+    `files` is the server's shared pool of open handles (a private one-handle pool when omitted).
+    """
+
+    def __init__(self, path: Path, wall_clock: Callable[[], float] = time.time, files: RecordFiles | None = None) -> None:
         self.path = path
         self._clock = wall_clock
+        self._files = files if files is not None else RecordFiles(max_open=1)
         self._lock = threading.Lock()
         self._seq = 0
 
     def write(self, kind: str, *, raw_body: bytes | None = None, **fields: Any) -> None:
         """Append one event. `raw_body`: JSON bytes this server produced itself, spliced in as the `body` field
         without a parse-and-dump round trip (a describe_chamber reply is several kB)."""
-        with self._lock:
+        with self._lock:  # seq order is file order
             self._seq += 1
             event = {"seq": self._seq, "t": self._clock(), "kind": kind, **fields}
-            line = json.dumps(event, ensure_ascii=False, default=str)
+            line = json.dumps(event, ensure_ascii=False, default=str).encode("utf-8")
             if raw_body is not None:
-                line = line[:-1] + ', "body": ' + raw_body.decode("utf-8") + "}"
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line + "\n")
-                f.flush()
+                line = b"".join((line[:-1], b', "body": ', raw_body, b"}\n"))
+            else:
+                line += b"\n"
+            self._files.append(self.path, line)
 
     def read(self) -> list[dict[str, Any]]:
         """Every event written so far (for tests and the CLI)."""

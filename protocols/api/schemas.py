@@ -151,8 +151,26 @@ class SubmitOutcomeArgs(_Strict):
 
 # --------------------------------------------------------------------------------------------- conversion
 def jsonable(obj: Any) -> Any:
-    """A JSON-safe copy: Decimal -> str (the printed digits), NaN/inf -> None, numpy -> Python, tuples -> lists."""
-    if obj is None or isinstance(obj, (str, bool, int)):
+    """A JSON-safe copy: Decimal -> str (the printed digits), NaN/inf -> None, numpy -> Python, tuples -> lists.
+
+    The exact built-in types (what tool results are mostly made of) are dispatched on `type()` first: the
+    general isinstance chain below (abstract Mapping checks included) cost more than the chamber call on a
+    describe_chamber reply of a few hundred values.
+    """
+    kind = type(obj)
+    if kind is str or kind is int or kind is bool or obj is None:
+        return obj
+    if kind is float:
+        return obj if math.isfinite(obj) else None
+    if kind is dict:
+        return {k if type(k) is str else str(k): jsonable(v) for k, v in obj.items()}
+    if kind is list or kind is tuple:
+        return [jsonable(x) for x in obj]
+    return _jsonable_other(obj)
+
+
+def _jsonable_other(obj: Any) -> Any:
+    if isinstance(obj, (str, bool, int)):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None

@@ -63,5 +63,8 @@ def running_api(chambers: Mapping[str, Any], *, record_dir: str | Path, limits: 
     """
     resolve_token(host, environ={"CHAMBERLAB_API_TOKEN": token} if token else {})
     app = create_app(chambers, limits=limits, record_dir=record_dir, token=token, **app_options)
-    with serve_in_thread(app, host=host, port=port) as url:
-        yield url
+    try:
+        with serve_in_thread(app, host=host, port=port) as url:
+            yield url
+    finally:
+        app.state.api.close()

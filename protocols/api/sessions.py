@@ -21,7 +21,7 @@ from protocols.claims import Claim
 from protocols.registry import protocol_for
 
 from .errors import ApiError
-from .record import SessionRecord, canonical_json, sha256_hex
+from .record import RecordFiles, SessionRecord, canonical_json, sha256_hex
 
 _COMPONENT_CHAMBER = {"DPS310": "wt", "A4988": "wt", "ACS70331": "wt", "Si115x": "lt"}
 """Where a component sits when its claim has no protocol naming a chamber (A4988: the wind tunnel's hatch)."""
@@ -72,10 +72,14 @@ class Session:
 
 
 class SessionStore:
-    """All sessions of one server; thread-safe (sync handlers run in a thread pool)."""
+    """All sessions of one server; thread-safe (a few handlers still run in the thread pool).
+
+    The store owns the pool of open record files (`RecordFiles`); `close()` closes them when the server stops.
+    """
 
     def __init__(self, claims: Mapping[str, Claim], record_dir: Path, *, connected: list[str],
-                 wall_clock: Callable[[], float], new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+                 wall_clock: Callable[[], float], new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                 max_open_records: int = 64) -> None:
         self._claims = claims
         self._record_dir = Path(record_dir)
         self._record_dir.mkdir(parents=True, exist_ok=True)
@@ -84,6 +88,7 @@ class SessionStore:
         self._new_id = new_id
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
+        self._files = RecordFiles(max_open=max_open_records)
 
     @property
     def record_dir(self) -> Path:
@@ -103,10 +108,14 @@ class SessionStore:
                 claim=claim,
                 chamber=preferred_chamber(claim, self._connected),
                 created_at=self._clock(),
-                record=SessionRecord(self._record_dir / f"{session_id}.jsonl", self._clock),
+                record=SessionRecord(self._record_dir / f"{session_id}.jsonl", self._clock, self._files),
             )
             self._sessions[session_id] = session
         return session
+
+    def close(self) -> None:
+        """Close the open record files (every line is already with the OS; a later write reopens its file)."""
+        self._files.close()
 
     def lookup(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)

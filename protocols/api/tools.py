@@ -51,6 +51,7 @@ class ToolEnvironment:
     guards: Mapping[str, SettingGuard]
     lease_timeout_s: float
     _static: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _claim_parts: dict[str, tuple[dict[str, Any], Any]] = field(default_factory=dict)
 
     @property
     def connected(self) -> list[str]:
@@ -74,16 +75,32 @@ class ToolEnvironment:
                 if v.kind is Kind.BOOKKEEPING:
                     continue
                 settable = v.kind is Kind.ACTUATOR
-                rows.append({
+                rows.append(jsonable({
                     "name": v.name,
                     "kind": "input" if settable else "sensor",
                     "unit": v.unit,
                     "description": v.description,
                     "allowed": v.describe_allowed() if settable else None,
                     "operator_limit": guard.operator_limit(v.name) if settable else None,
-                })
+                }))
             self._static[kind] = rows
         return self._static[kind]
+
+    def claim_parts(self, session: Session) -> tuple[dict[str, Any], Any]:
+        """The claim summary and its protocol's description for describe_chamber, JSON-safe, built once per claim
+        (neither changes while the server runs)."""
+        claim = session.claim
+        parts = self._claim_parts.get(claim.id)
+        if parts is None:
+            try:
+                protocol = protocol_for(claim)
+            except KeyError:
+                protocol = None
+            parts = (jsonable({"id": claim.id, "component": claim.component, "parameter": claim.parameter,
+                               "unit": claim.unit}),
+                     None if protocol is None else jsonable(protocol.describe()))
+            self._claim_parts[claim.id] = parts
+        return parts
 
 
 @dataclass(frozen=True)
@@ -101,26 +118,23 @@ class Tool:
 # ------------------------------------------------------------------------------------------------ handlers
 def describe_chamber(env: ToolEnvironment, session: Session, args: DescribeChamberArgs) -> dict[str, Any]:
     kind, chamber = env.chamber(session, args.chamber, "describe_chamber")
-    state = chamber.state()
+    state = jsonable(chamber.state())
+    # The static parts (variables, claim, protocol) are JSON-safe already; only the state is converted per call.
     variables = [dict(row, value=state.get(row["name"])) if row["kind"] == "input" else row
                  for row in env.variables(kind)]
-    try:
-        protocol = protocol_for(session.claim)
-    except KeyError:
-        protocol = None
-    return jsonable({
+    claim, protocol = env.claim_parts(session)
+    return {
         "chamber": kind,
-        "config": chamber.config,
+        "config": jsonable(chamber.config),
         "connected_chambers": env.connected,
         "variables": variables,
         "state": state,
         "state_note": "values of the inputs set since the chamber was connected; an input absent here is at its "
                       "power-on value",
-        "claim": {"id": session.claim.id, "component": session.claim.component,
-                  "parameter": session.claim.parameter, "unit": session.claim.unit},
-        "protocol": None if protocol is None else protocol.describe(),
-        "lease_timeout_s": env.lease_timeout_s,
-    })
+        "claim": claim,
+        "protocol": protocol,
+        "lease_timeout_s": jsonable(env.lease_timeout_s),
+    }
 
 
 def stage_conditions(env: ToolEnvironment, session: Session, args: StageConditionsArgs) -> dict[str, Any]:
