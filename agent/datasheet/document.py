@@ -9,7 +9,6 @@ messages in one place.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections import Counter
@@ -122,12 +121,6 @@ class PageText:
         return self._rows
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def open_pdf(path: str | Path) -> pymupdf.Document:

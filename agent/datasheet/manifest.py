@@ -18,10 +18,11 @@ from typing import Literal
 import pymupdf
 from pydantic import BaseModel
 
+from protocols.datasheets import sha256_of
+
 from .document import (
     PageText,
     baseline_rows,
-    file_sha256,
     mark_running_lines,
     open_pdf,
     read_page,
@@ -131,7 +132,7 @@ def load_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Loade
     path = Path(pdf)
     doc = open_pdf(path)
     try:
-        sha = file_sha256(path)
+        sha = sha256_of(path)
         pages = [read_page(p) for p in doc]
         mark_running_lines(pages)
         cached = cache.get(sha) if cache else None
@@ -179,7 +180,7 @@ def build_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Mani
     path = Path(pdf)
     if cache:
         open_pdf(path).close()  # same typed errors as an uncached build
-        hit = cache.get(file_sha256(path))
+        hit = cache.get(sha256_of(path))
         if hit:
             return hit
     loaded = load_datasheet(path, cache)
