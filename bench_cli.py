@@ -1075,7 +1075,13 @@ def _render_run_summary(d: dict[str, Any]) -> str:
             lines.append(f"            skipped (no datasheet): {', '.join(a['skipped_datasheets'])}")
         fs = a.get("fidelity_and_flags")
         if isinstance(fs, dict) and fs:
-            lines.append("scores:     " + ", ".join(f"{k} {v}" for k, v in fs.items() if not isinstance(v, (dict, list))))
+            flagged = fs.get("flagged") or {}
+            bound = (f" (one-sided 95 % upper bound {flagged['upper_95']:.3f}; unit: {flagged.get('unit', 'cells')})"
+                     if flagged.get("count") == 0 and flagged.get("upper_95") is not None else "")
+            latency = fs.get("latency_per_cell_mean_s")
+            lines.append(f"scores:     fidelity {fs.get('fidelity_passed')} of {fs.get('cells')} cells; detector flags "
+                         f"{flagged.get('count', 0)} of {flagged.get('n', 0)}{bound}; engine errors "
+                         f"{fs.get('engine_errors', 0)}" + (f"; {latency:.2f} s per cell" if latency else ""))
     lines.append(f"results:    {d['run_dir']}")
     lines.append(f"report:     {d.get('report') or Path(d['run_dir']) / 'summary.json'}")
     return "\n".join(lines)

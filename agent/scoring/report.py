@@ -221,7 +221,7 @@ def _agent_blocks(run_dir: Path, figs_dir: Path, absent: list[str]) -> tuple[lis
     rows = scores.get("cells") or []
     s = scores.get("summary") or {}
     fl = s.get("flagged") or {}
-    bound = f" (one-sided 95 % upper bound {fl['upper_95']:.3f} per {fl.get('unit', 'cell')})" \
+    bound = f" (one-sided 95 % upper bound {fl['upper_95']:.3f}; unit: {fl.get('unit', 'cells')})" \
         if fl.get("count") == 0 and fl.get("upper_95") is not None else ""
     summary = (f"{s.get('cells', len(rows))} cells; fidelity passed {s.get('fidelity_passed')}; "
                f"engine errors {s.get('engine_errors')}; detector flags {fl.get('count', 0)} of {fl.get('n', 0)} "
