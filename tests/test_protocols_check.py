@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from contextlib import contextmanager
 import sys
 from decimal import Decimal
 from pathlib import Path
@@ -88,6 +89,17 @@ def test_check_result_json_has_the_documented_shape(all_results):
     json.dumps(d)  # serialisable as is
 
 
+@contextmanager
+def serial_chamber(kind: str, seed: int, faults: BoardFaults | None = None):
+    """An emulated board on a real pty with the serial driver connected to it."""
+    with running_board(kind, transport="pty", seed=seed, faults=faults) as board:
+        chamber = open_chamber(board.url, backend="serial")
+        try:
+            yield chamber
+        finally:
+            chamber.close()
+
+
 def test_the_same_seed_gives_the_same_verdict_over_a_real_pty():
     claim = get_claim("dps310-operating-range")
     in_process = open_chamber(backend="sim", chamber="wt", seed=11)
@@ -95,12 +107,8 @@ def test_the_same_seed_gives_the_same_verdict_over_a_real_pty():
         expected = check_claim(claim, ProtocolContext(chambers={"wt": in_process}, rows=60, settle_rows=5))
     finally:
         in_process.close()
-    with running_board("wt", transport="pty", seed=11) as board:
-        chamber = open_chamber(board.url, backend="serial")
-        try:
-            over_pty = check_claim(claim, ProtocolContext(chambers={"wt": chamber}, rows=60, settle_rows=5))
-        finally:
-            chamber.close()
+    with serial_chamber("wt", seed=11) as chamber:
+        over_pty = check_claim(claim, ProtocolContext(chambers={"wt": chamber}, rows=60, settle_rows=5))
     assert over_pty.verdict.verdict == "pass"
     assert over_pty.measurement.value == expected.measurement.value
     assert over_pty.measurement.u == expected.measurement.u
@@ -108,12 +116,8 @@ def test_the_same_seed_gives_the_same_verdict_over_a_real_pty():
 
 def test_a_link_lost_mid_measurement_is_an_error_never_a_fail():
     claim = get_claim("dps310-operating-range")
-    with running_board("wt", transport="pty", seed=3, faults=BoardFaults(vanish_after_rows=30)) as board:
-        chamber = open_chamber(board.url, backend="serial")
-        try:
-            result = check_claim(claim, ProtocolContext(chambers={"wt": chamber}, rows=80, settle_rows=0))
-        finally:
-            chamber.close()
+    with serial_chamber("wt", seed=3, faults=BoardFaults(vanish_after_rows=30)) as chamber:
+        result = check_claim(claim, ProtocolContext(chambers={"wt": chamber}, rows=80, settle_rows=0))
     assert result.verdict.verdict == "error"
     assert result.measurement is not None and result.measurement.status == "link_lost"
     assert result.measurement.value is None  # the half-received measurement is discarded
@@ -121,12 +125,8 @@ def test_a_link_lost_mid_measurement_is_an_error_never_a_fail():
 
 def test_a_firmware_error_during_a_protocol_is_an_error():
     claim = get_claim("si115x-adc-bit-depth")
-    with running_board("lt", transport="pty", seed=3, faults=BoardFaults(error_on="MSR", error_code="er09")) as board:
-        chamber = open_chamber(board.url, backend="serial")
-        try:
-            result = check_claim(claim, ProtocolContext(chambers={"lt": chamber}, rows=20, settle_rows=0))
-        finally:
-            chamber.close()
+    with serial_chamber("lt", seed=3, faults=BoardFaults(error_on="MSR", error_code="er09")) as chamber:
+        result = check_claim(claim, ProtocolContext(chambers={"lt": chamber}, rows=20, settle_rows=0))
     assert result.verdict.verdict == "error"
     assert "er09" in result.measurement.details["reason"]
 
