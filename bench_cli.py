@@ -6,8 +6,9 @@ Every subcommand takes `--json` and then prints exactly one JSON object on stdou
 scripts can tell a refused request from a crash. Subsystems are imported inside the command functions so that
 `--help` stays fast and a broken optional layer cannot stop the others from working.
 
-Layout of this file: shared helpers first, then one section per command group (sim, chamber, calibrate/check/
-sweep, serve, datasheet, extract, score/matrix/report, station, run). Each section owns an `add_*` function.
+Layout of this file: shared helpers first, then one section per command group (sim, chamber, datasheet, extract,
+verdicts = calibrate/check/sweep, serve, scoring = score/import-archive/matrix/report, station, run/runs). Each
+section owns an `add_*` function, listed in COMMAND_GROUPS.
 """
 
 from __future__ import annotations
@@ -486,18 +487,20 @@ def open_selected_chambers(args: argparse.Namespace) -> dict[str, Any]:
 
     params = json.loads(Path(args.params).read_text()) if getattr(args, "params", None) else None
     limits = getattr(args, "limits", None)
+    if args.backend == "serial" and not args.port:
+        raise CliError("--backend serial needs --port URL (device path, pty or socket://host:port)")
+    if args.backend == "sim" and args.port:
+        raise CliError("--backend sim and --port exclude each other")
     chambers: dict[str, Any] = {}
-    try:
+    try:  # open_chamber returns a connected chamber (the board was reset and announced itself)
         if args.port:
             for url in args.port:
                 c = open_chamber(url, backend="serial", limits=limits)
-                c.connect()
                 chambers[c.layout.chamber] = c
         else:
             for kind in ("wt", "lt"):
-                c = open_chamber(backend="sim", chamber=kind, seed=args.seed, params=params, limits=limits)
-                c.connect()
-                chambers[kind] = c
+                chambers[kind] = open_chamber(backend="sim", chamber=kind, seed=args.seed, params=params,
+                                              limits=limits)
     except BaseException:
         close_chambers(chambers)
         raise
@@ -598,11 +601,8 @@ def render_check_table(results: list[dict[str, Any]]) -> str:
         k = "" if not m or m["k"] is None else f"{m['k']:.2f}"
         cond = f"{len(r['matched_conditions'])}/{len(r['unmatched_conditions'])}"
         lines.append(f"{r['claim_id']:<36} {r['verdict']:<13} {value:<28} {k:>5} {cond:>8}  {r['class'] or ''}")
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     lines.append("")
-    lines.append("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    lines.append("  ".join(f"{k}: {v}" for k, v in sorted(_count(r["verdict"] for r in results).items())))
     return "\n".join(lines)
 
 
@@ -848,7 +848,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from calibration.records import record_from_calibration, save_record
     from chamber import open_chamber
     from protocols.claims import load_claims
-    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
 
     started = time.monotonic()
     backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
@@ -902,13 +901,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 index.record_verdict(run_id, r)
             summary["verdicts"] = _count(r["verdict"] for r in checks)
 
-            summary["sweep"] = _run_sweep(results, run_dir, sweep, write_sweep_csv, plot_sweep)
+            summary["sweep"] = _run_sweep(results, run_dir)
             station_file = None if args.no_station else (
                 args.station or (None if args.port else str(_sim_station_file())))
             if station_file:
                 summary["station"] = _run_station_checks(args, station_file, claims, chambers, calibration, run_dir)
-            _write_json(run_dir / "link.json", {k: c.link_stats() for k, c in chambers.items()})
             summary["link"] = {k: c.link_stats() for k, c in chambers.items()}
+            _write_json(run_dir / "link.json", summary["link"])
 
             if not args.no_agent:
                 summary["agent"] = _run_agent(args, claims, chambers, run_dir, run_id, index, stack)
@@ -958,22 +957,23 @@ def _interrupted_run(index: Any, backend: str) -> Path | None:
 
 
 def _count(items: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[str(item)] = counts.get(str(item), 0) + 1
-    return counts
+    from collections import Counter
+
+    return dict(Counter(str(item) for item in items))
 
 
-def _run_sweep(results: list[Any], run_dir: Path, sweep: Any, write_csv: Any, plot: Any) -> dict[str, Any]:
+def _run_sweep(results: list[Any], run_dir: Path) -> dict[str, Any]:
     """The perturbation sweep on the live operating-range reading (held fixed, the upper bound moved)."""
+    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
+
     live = next((r for r in results if r.claim.id == "dps310-operating-range"), None)
     if live is None or live.measurement is None or live.measurement.value is None:
         return {"skipped": "no live operating-range measurement"}
     m = live.measurement
     result = sweep(live.claim, m.value, m.u, unit=m.unit, steps=41, dof=m.dof)
     _write_json(run_dir / "sweep.json", result.to_dict())
-    write_csv(result, run_dir / "sweep.csv")
-    plot(result, run_dir / "sweep.png")
+    write_sweep_csv(result, run_dir / "sweep.csv")
+    plot_sweep(result, run_dir / "sweep.png")
     d = result.to_dict()
     # Where the verdict changes: the exact flip points m ± c (closed band: inconclusive at the point itself).
     flips = d["flip_points"]

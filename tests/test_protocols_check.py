@@ -174,3 +174,9 @@ def test_cli_calibrate_writes_a_record_that_loads(tmp_path: Path):
     record = load_record(path)
     assert record.chamber == "wt"
     assert abs(sum(record.parameters.offsets.values())) < 1e-6  # offsets relative to the four-unit mean
+
+
+def test_cli_serial_backend_without_a_port_is_refused_not_simulated():
+    out = _cli("check", "dps310-operating-range", "--backend", "serial", "--json")
+    assert out.returncode == 2
+    assert "--port" in json.loads(out.stdout)["error"]["message"]
