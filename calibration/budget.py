@@ -211,9 +211,6 @@ class UncertaintyBudget:
         if not (0 < self.coverage < 1):
             raise BudgetError(f"budget {self.quantity!r}: expected coverage 0 < p < 1, got {self.coverage!r}")
 
-    def with_component(self, component: UncertaintyComponent) -> "UncertaintyBudget":
-        return UncertaintyBudget(self.quantity, self.unit, self.components + (component,), self.coverage)
-
     @property
     def combined(self) -> float:
         """u_c = sqrt(Σ (c_i u_i)²) — uncorrelated inputs (GUM 5.1.2)."""

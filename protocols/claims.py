@@ -36,7 +36,7 @@ from pydantic_core import PydanticCustomError
 
 from firmware_bridge.variables import LAYOUTS
 
-from .datasheets import DatasheetIdentity, UnknownDatasheet, datasheet_for, known_datasheets
+from .datasheets import DatasheetIdentity, UnknownDatasheet, datasheet_for
 
 log = logging.getLogger(__name__)
 
@@ -432,12 +432,6 @@ def get_claim(claim_id: str, claims: Mapping[str, Claim] | None = None) -> Claim
     if claim_id not in pool:
         raise UnknownClaim(claim_id, list(pool))
     return pool[claim_id]
-
-
-def datasheets_in_use(claims: Mapping[str, Claim]) -> list[DatasheetIdentity]:
-    """The identities of the datasheets these claims cite, in the datasheet table's order."""
-    used = {c.datasheet for c in claims.values()}
-    return [d for d in known_datasheets() if d.part in used]
 
 
 # ------------------------------------------------------------------------------------- text normalisation

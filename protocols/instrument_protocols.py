@@ -20,8 +20,6 @@ station (ProtocolContext.station) has every instrument the protocol needs, wired
 
 from __future__ import annotations
 
-import functools
-import logging
 import math
 from dataclasses import dataclass
 from decimal import Decimal
@@ -35,31 +33,16 @@ from chamber.instruments.certificate import CertificateError
 from protocols.claims import Claim
 from protocols.measurement import Measurement
 from protocols.registry import ClaimProtocol, ProtocolContext, ProtocolOutcome, protocols, register
-from protocols.staging import APPARATUS_ERRORS, stage_and_measure
+from protocols.staging import apparatus_guard, stage_and_measure
 from protocols.verdict import Verdict, unit_scale
-
-log = logging.getLogger(__name__)
 
 FANS_OFF = {"load_in": 0.0, "load_out": 0.0}
 
 
 # ------------------------------------------------------------------------------------------------- helpers
 def instrument_guard(unit: str) -> Callable[[Callable[..., ProtocolOutcome]], Callable[..., ProtocolOutcome]]:
-    """A lost link, firmware or instrument error becomes a failed Measurement (verdict "error", never "fail")."""
-
-    def wrap(run: Callable[..., ProtocolOutcome]) -> Callable[..., ProtocolOutcome]:
-        @functools.wraps(run)
-        def guarded(context: ProtocolContext, claim: Claim) -> ProtocolOutcome:
-            try:
-                return run(context, claim)
-            except (InstrumentError, CertificateError, *APPARATUS_ERRORS) as exc:
-                log.warning("%s: apparatus error: %s", claim.id, exc)
-                status = "link_lost" if type(exc).__name__ == "LinkLost" else "aborted"
-                return ProtocolOutcome(measurement=Measurement.failed(unit, status, f"{type(exc).__name__}: {exc}"))
-
-        return guarded
-
-    return wrap
+    """The protocols' apparatus guard, with instrument and certificate errors counted as apparatus trouble too."""
+    return apparatus_guard(unit, extra=(InstrumentError, CertificateError))
 
 
 def _realised(claim: Claim, kinds: Iterable[str], variables: Iterable[str] = ()) -> list[str]:

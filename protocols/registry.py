@@ -128,17 +128,20 @@ class CheckResult:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        # The verdict's and the measurement's own dicts already hold their values as JSON-ready strings; the
+        # summary fields are taken from them rather than converted a second time.
         v = self.verdict
-        m = self.measurement
+        vd = v.to_dict()
+        md = None if self.measurement is None else self.measurement.to_dict()
         return {
             "claim_id": self.claim.id,
             "component": self.claim.component,
             "parameter": self.claim.parameter,
-            "verdict": v.verdict,
-            "class": v.inconclusive_class,
-            "measured": None if m is None else self._measured_in_claim_unit(),
-            "distance": None if v.distance is None else str(v.distance),
-            "combined_uncertainty": None if v.combined_uncertainty is None else str(v.combined_uncertainty),
+            "verdict": vd["verdict"],
+            "class": vd["inconclusive_class"],
+            "measured": None if md is None else self._measured_in_claim_unit(vd, md),
+            "distance": vd["distance"],
+            "combined_uncertainty": vd["combined_uncertainty"],
             "claim_unit": self.claim.unit,
             "matched_conditions": list(v.matched_conditions),
             "unmatched_conditions": list(v.unmatched_conditions),
@@ -146,28 +149,25 @@ class CheckResult:
             "reason": v.reason,
             "protocol": self.protocol,
             "precheck": None if self.precheck is None else self.precheck.to_dict(),
-            "verdict_detail": v.to_dict(),
-            "measurement_detail": None if m is None else m.to_dict(),
+            "verdict_detail": vd,
+            "measurement_detail": md,
             "details": self.details,
         }
 
+    @staticmethod
+    def _measured_in_claim_unit(vd: dict[str, Any], md: dict[str, Any]) -> dict[str, Any]:
+        """The measurement as the decision rule saw it: converted to the claim's unit, reported digits kept.
 
-    def _measured_in_claim_unit(self) -> dict[str, Any]:
-        """The measurement as the decision rule saw it: converted to the claim's unit, reported digits kept."""
-        v, m = self.verdict, self.measurement
-        assert m is not None
-        converted = v.measured is not None
-        value = v.measured if converted else m.value
-        u = v.u if converted else m.u
+        `vd` and `md` are the verdict's and the measurement's `to_dict()`."""
+        converted = vd["measured"] is not None
         return {
-            "value": None if value is None else str(value),
-            "unit": v.unit if converted else m.unit,
-            "u": None if u is None else str(u),
-            "k": m.k,
-            "dof": m.dof if m.dof != float("inf") else None,
-            "n": m.n,
-            "as_measured": {"value": None if m.value is None else str(m.value), "u": None if m.u is None else str(m.u),
-                            "unit": m.unit},
+            "value": vd["measured"] if converted else md["value"],
+            "unit": vd["unit"] if converted else md["unit"],
+            "u": vd["u"] if converted else md["u"],
+            "k": md["k"],
+            "dof": md["dof"],
+            "n": md["n"],
+            "as_measured": {"value": md["value"], "u": md["u"], "unit": md["unit"]},
         }
 
 

@@ -32,8 +32,10 @@ def stage_and_measure(chamber: Any, settings: dict[str, float], rows: int, settl
     return chamber.measure(rows)
 
 
-def apparatus_guard(unit: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a protocol run: a lost link or firmware error becomes a failed Measurement (verdict "error")."""
+def apparatus_guard(unit: str, extra: tuple[type[BaseException], ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a protocol run: a lost link (any LinkLost, reboots included) is status "link_lost"; a firmware
+    error, a timeout, an OS error or one of `extra` (e.g. instrument errors) is "aborted" — verdict "error"."""
+    caught = APPARATUS_ERRORS + tuple(extra)
 
     def wrap(run: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(run)
@@ -45,7 +47,7 @@ def apparatus_guard(unit: str) -> Callable[[Callable[..., Any]], Callable[..., A
             except LinkLost as exc:
                 log.warning("link lost during protocol: %s", exc)
                 return ProtocolOutcome(measurement=Measurement.failed(unit, "link_lost", str(exc)))
-            except (FirmwareError, TimeoutError, OSError) as exc:
+            except caught as exc:  # LinkLost is caught just above
                 log.warning("apparatus error during protocol: %s", exc)
                 return ProtocolOutcome(
                     measurement=Measurement.failed(unit, "aborted", f"{type(exc).__name__}: {exc}")
