@@ -142,10 +142,6 @@ class RecordError(ValueError):
     """A record file that does not follow the schema or its invariants; names the file, line and rule."""
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def canonical_sha256(value: Any) -> str:
     """SHA-256 of canonical JSON (sorted keys, no spaces): the hash of a tool surface or a frozen payload."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from protocols.datasheets import DatasheetIdentity, datasheet_for, known_datasheets
+from protocols.datasheets import DatasheetIdentity, datasheet_for, known_datasheets, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def fetch_datasheet(
     """Download `identity` into `directory` (unless a verified copy is there) and verify its SHA-256."""
     directory = Path(directory)
     target = directory / identity.filename
-    if target.exists() and _sha(target.read_bytes()) == identity.sha256:
+    if target.exists() and sha256_of(target) == identity.sha256:
         return FetchResult(identity.part, target, identity.sha256, downloaded=False)
     source = url or identity.url
     try:

@@ -132,60 +132,66 @@ def load_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Loade
     path = Path(pdf)
     doc = open_pdf(path)
     try:
-        sha = sha256_of(path)
-        pages = [read_page(p) for p in doc]
-        mark_running_lines(pages)
-        cached = cache.get(sha) if cache else None
-        part = cached.part if cached else _part(doc, pages)
-        outline = outline_toc(doc)
-        if outline:
-            toc, source, note = outline, "pdf_outline", "Contents from the PDF bookmarks; page numbers are exact."
-        else:
-            toc = reconstruct_toc(pages, part)
-            if toc:
-                source = "reconstructed"
-                note = (
-                    "The PDF has no bookmarks: these contents were inferred from the page layout (numbered headings, "
-                    "bold or large all-caps and title-case headings, table captions). Page numbers are inferred; "
-                    "confirm with search_text or get_section_text."
-                )
-            else:
-                source = "none"
-                note = "No bookmarks and no recognisable headings: navigate with search_text."
-        if cached:
-            manifest = cached
-        else:
-            manifest = Manifest(
-                sha256=sha,
-                pages=doc.page_count,
-                part=part,
-                revision=_revision(doc, pages),
-                toc_source=source,
-                toc_note=note,
-                # plain dicts: the Manifest validates every item in one call
-                toc=[{"level": e.level, "title": e.title, "page": e.page} for e in toc],
-                tables=_table_list(pages),
-                pages_without_text=[p.number for p in pages if p.chars == 0],
-            )
-            if cache:
-                cache.put(manifest)
-        return LoadedDatasheet(path, doc, pages, toc, manifest)
+        return _read(path, doc, sha256_of(path), cache)
     except Exception:
         doc.close()
         raise
 
 
+def _read(path: Path, doc: pymupdf.Document, sha: str, cache: ManifestCache | None) -> LoadedDatasheet:
+    """Read and index an open document whose file hash is `sha` (the caller closes `doc` if this raises)."""
+    pages = [read_page(p) for p in doc]
+    mark_running_lines(pages)
+    cached = cache.get(sha) if cache else None
+    part = cached.part if cached else _part(doc, pages)
+    outline = outline_toc(doc)
+    if outline:
+        toc, source, note = outline, "pdf_outline", "Contents from the PDF bookmarks; page numbers are exact."
+    else:
+        toc = reconstruct_toc(pages, part)
+        if toc:
+            source = "reconstructed"
+            note = (
+                "The PDF has no bookmarks: these contents were inferred from the page layout (numbered headings, "
+                "bold or large all-caps and title-case headings, table captions). Page numbers are inferred; "
+                "confirm with search_text or get_section_text."
+            )
+        else:
+            source = "none"
+            note = "No bookmarks and no recognisable headings: navigate with search_text."
+    if cached:
+        manifest = cached
+    else:
+        manifest = Manifest(
+            sha256=sha,
+            pages=doc.page_count,
+            part=part,
+            revision=_revision(doc, pages),
+            toc_source=source,
+            toc_note=note,
+            # plain dicts: the Manifest validates every item in one call
+            toc=[{"level": e.level, "title": e.title, "page": e.page} for e in toc],
+            tables=_table_list(pages),
+            pages_without_text=[p.number for p in pages if p.chars == 0],
+        )
+        if cache:
+            cache.put(manifest)
+    return LoadedDatasheet(path, doc, pages, toc, manifest)
+
+
 def build_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Manifest:
     """The manifest of a datasheet; with a cache, a file already seen (same SHA-256) is not read again."""
     path = Path(pdf)
-    if cache:
-        open_pdf(path).close()  # same typed errors as an uncached build
-        hit = cache.get(sha256_of(path))
-        if hit:
-            return hit
-    loaded = load_datasheet(path, cache)
-    loaded.close()
-    return loaded.manifest
+    if not cache:
+        loaded = load_datasheet(path)
+        loaded.close()
+        return loaded.manifest
+    doc = open_pdf(path)  # same typed errors as an uncached build; a miss reads this same open document
+    try:
+        sha = sha256_of(path)
+        return cache.get(sha) or _read(path, doc, sha, cache).manifest
+    finally:
+        doc.close()
 
 
 # ------------------------------------------------------------------------------------------------------- facts

@@ -107,10 +107,6 @@ class PageLayout:
     hrules: list[tuple[float, float, float]]  # (y, x0, x1), merged where collinear segments touch
 
 
-def word_fragments(page: pymupdf.Page) -> list[Fragment]:
-    return page_layout(page, rules=False).frags
-
-
 def _orientation(words: list) -> int:
     """0 for horizontal text, +1 when most characters run bottom-to-top, -1 when top-to-bottom.
 

@@ -12,7 +12,6 @@ manifest: files read with their SHA-256, cell counts per role, and what could no
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -23,6 +22,7 @@ from typing import Any
 import yaml
 
 from agent.scoring.cells import ImportedCall, ImportedCell
+from protocols.datasheets import sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,6 @@ class ArchiveError(ValueError):
 
 def _load_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))  # Python's json accepts the archive's bare NaN tokens
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _cell(**kw: Any) -> ImportedCell:
@@ -241,7 +237,7 @@ def import_archive(root: Path, out: Path) -> dict[str, Any]:
         except (KeyError, TypeError, ValueError) as e:
             raise ArchiveError(f"{path.name}: unexpected shape: {e}") from e
         cells.extend(got)
-        files[f"archive/{path.name}"] = _sha256(path)
+        files[f"archive/{path.name}"] = sha256_of(path)
 
     for p in sorted(archive_dir.glob("fault_injection*.json")):
         take(p, _fault_cells)
@@ -261,10 +257,10 @@ def import_archive(root: Path, out: Path) -> dict[str, Any]:
     if (data_dir / "classifier_gold.yaml").exists():
         gold_cells, gold = _gold(data_dir, archive_dir)
         cells.extend(gold_cells)
-        files["data/classifier_gold.yaml"] = _sha256(data_dir / "classifier_gold.yaml")
-        files["archive/sampled_cells.json"] = _sha256(archive_dir / "sampled_cells.json")
+        files["data/classifier_gold.yaml"] = sha256_of(data_dir / "classifier_gold.yaml")
+        files["archive/sampled_cells.json"] = sha256_of(archive_dir / "sampled_cells.json")
         for p in sorted(archive_dir.glob("classifier_auto.*.json")):
-            files[f"archive/{p.name}"] = _sha256(p)
+            files[f"archive/{p.name}"] = sha256_of(p)
     a2 = data_dir / "classifier_gold.annotator2.yaml"
     if a2.exists():
         labelled = sum(1 for c in (yaml.safe_load(a2.read_text(encoding="utf-8")) or {}).get("cells") or []

@@ -19,11 +19,14 @@ import base64
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.loop import LocalTool, ToolOutput, datasheet_local_tools
 from agent.models.base import DocumentBlock, ImageBlock, Message, ModelClient, ModelRequest, ModelTurn, TextBlock
 from agent.scoring.cells import ARM_MARK, CROSS_CHECK_TOOLS, NAVIGATION_TOOLS
+
+if TYPE_CHECKING:
+    from agent.datasheet import DatasheetSession
 
 ARMS = ("normal", "withhold-navigation", "withhold-crosscheck", "closed-book", "null-tool", "wrong-content",
         "single-pass")
@@ -72,14 +75,10 @@ def arm_setup(arm: str, pdf: Path, *, decoy_pdf: Path | None = None) -> ArmSetup
     return ArmSetup(arm, tools, f"{version}{ARM_MARK}{arm}")
 
 
-def document_text(pdf: Path) -> str:
+def document_text(s: DatasheetSession) -> str:
     """The whole text layer with page markers, from the datasheet tools' own section reader."""
-    from agent.datasheet import DatasheetSession
-
-    with DatasheetSession(pdf) as s:
-        pages = s.manifest.pages
-        parts = [s.section_text(a, min(a + 29, pages)) for a in range(1, pages + 1, 30)]
-    return "\n".join(parts)
+    pages = s.manifest.pages
+    return "\n".join(s.section_text(a, min(a + 29, pages)) for a in range(1, pages + 1, 30))
 
 
 class DocumentInRequest:
@@ -99,12 +98,15 @@ class DocumentInRequest:
     def document_blocks(self) -> list[Any]:
         """Built once per cell: the document as the inner client can take it."""
         if self._blocks is None:
-            text = TextBlock("The datasheet (its whole text layer, page by page):\n\n" + document_text(self.pdf))
-            if getattr(self.inner, "accepts_pdf", False):
-                data = base64.b64encode(self.pdf.read_bytes()).decode("ascii")
-                self._blocks = [DocumentBlock("application/pdf", data, self.pdf.name), text]
-            else:
-                self._blocks = [*page_images(self.pdf, dpi=self.page_dpi), text]
+            from agent.datasheet import DatasheetSession
+
+            with DatasheetSession(self.pdf) as s:  # one reading of the PDF serves the text and the page images
+                text = TextBlock("The datasheet (its whole text layer, page by page):\n\n" + document_text(s))
+                if getattr(self.inner, "accepts_pdf", False):
+                    data = base64.b64encode(self.pdf.read_bytes()).decode("ascii")
+                    self._blocks = [DocumentBlock("application/pdf", data, self.pdf.name), text]
+                else:
+                    self._blocks = [*page_images(s, dpi=self.page_dpi), text]
         return self._blocks
 
     def complete(self, request: ModelRequest) -> ModelTurn:
@@ -115,10 +117,7 @@ class DocumentInRequest:
         return self.inner.complete(dataclasses.replace(request, messages=messages))
 
 
-def page_images(pdf: Path, *, dpi: int = 80) -> list[ImageBlock]:
+def page_images(s: DatasheetSession, *, dpi: int = 80) -> list[ImageBlock]:
     """Every page rendered to PNG by the datasheet tools' own renderer (inspect_page), as image blocks."""
-    from agent.datasheet import DatasheetSession
-
-    with DatasheetSession(pdf) as s:
-        return [ImageBlock("image/png", base64.b64encode(s.page_png(n, dpi=dpi)).decode("ascii"))
-                for n in range(1, s.manifest.pages + 1)]
+    return [ImageBlock("image/png", base64.b64encode(s.page_png(n, dpi=dpi)).decode("ascii"))
+            for n in range(1, s.manifest.pages + 1)]

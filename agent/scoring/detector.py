@@ -194,12 +194,6 @@ class DetectorResult:
                 "reason": self.reason}
 
 
-def _quotes(facts: CellFacts) -> list[str]:
-    if facts.extraction and str(facts.extraction.get("quote") or "").strip():
-        return [str(facts.extraction["quote"])]
-    return [q for q in facts.meta.get("quotes") or [] if str(q).strip()]
-
-
 def detect(facts: CellFacts, fidelity_passed: bool | None, *, grounding: list[Grounding] | None = None) -> DetectorResult:
     """Run the rules on one cell. `fidelity_passed` is the fidelity verdict the rules are conditioned on;
     `grounding` the quotation checks (None: source-grounding not evaluated)."""
