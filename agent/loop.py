@@ -51,9 +51,9 @@ from agent.record import (
     TokenUsage,
     ToolCallEvent,
     ToolSurface,
-    canonical_sha256,
     kept_text,
 )
+from protocols.canonical import canonical_sha256
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ A crash mid-run still leaves every event written so far on disk.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
@@ -142,9 +141,6 @@ class RecordError(ValueError):
     """A record file that does not follow the schema or its invariants; names the file, line and rule."""
 
 
-def canonical_sha256(value: Any) -> str:
-    """SHA-256 of canonical JSON (sorted keys, no spaces): the hash of a tool surface or a frozen payload."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 class RecordWriter:

@@ -13,7 +13,6 @@ because it is the one place that reads bodies before the app does.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -31,19 +30,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _SESSION_PATH = re.compile(r"^/sessions/([^/]+)(?:/|$)")
-
-
-def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8, no NaN: the bytes whose SHA-256 identifies a frozen extraction.
-
-    Same convention as agent/record.py's canonical_sha256 (ensure_ascii left at its default), so the agent and
-    the service compute the same digest for the same payload.
-    """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _decoded(body: bytes) -> Any:

@@ -21,7 +21,9 @@ from protocols.claims import Claim
 from protocols.registry import protocol_for
 
 from .errors import ApiError
-from .record import RecordFiles, SessionRecord, canonical_json, sha256_hex
+from protocols.canonical import canonical_json, sha256_hex
+
+from .record import RecordFiles, SessionRecord
 
 _COMPONENT_CHAMBER = {"DPS310": "wt", "A4988": "wt", "ACS70331": "wt", "Si115x": "lt"}
 """Where a component sits when its claim has no protocol naming a chamber (A4988: the wind tunnel's hatch)."""
