@@ -12,11 +12,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from firmware_bridge.errors import FirmwareError, PacketTooLong
+from firmware_bridge.errors import FirmwareError
 from firmware_bridge.messages import format_msr, format_set, parse_config, parse_msr_reply, parse_set_reply, parse_variables
-from firmware_bridge.packets import HOST_PACKET_LIMIT, packet_size
+from firmware_bridge.packets import check_message_fits
 from firmware_bridge.rows import RowBlock, RowChecker
-from firmware_bridge.segments import CRC_LEN, HEADER_LEN
 from firmware_bridge.session import BootInfo
 from simulator.firmware import EmulatedFirmware, FirmwareFault, Response
 from simulator.model import PhysicsModel
@@ -40,9 +39,7 @@ class SimBackend:
         return boot
 
     def _send(self, text: str) -> Response:
-        size = packet_size(HEADER_LEN + len(text) + CRC_LEN)
-        if size > HOST_PACKET_LIMIT:
-            raise PacketTooLong(size, HOST_PACKET_LIMIT, text)
+        check_message_fits(text.encode("ascii", "replace"), text)  # "replace": one byte per character, as before
         try:
             response = self.firmware.handle(text)
         except FirmwareFault as fault:

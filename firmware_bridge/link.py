@@ -21,14 +21,12 @@ from firmware_bridge.batch import check_crcs, decode_uniform, encode_acks
 from firmware_bridge.errors import BoardRebooted, FirmwareError, LinkLost
 from firmware_bridge.packets import (
     END,
-    HOST_PACKET_LIMIT,
     START,
     PacketSplitter,
-    PacketTooLong,
     Split,
+    check_message_fits,
     decode_body,
     encode_packet,
-    packet_size,
 )
 from firmware_bridge.segments import (
     CRC_LEN,
@@ -125,9 +123,7 @@ class Link:
     def send(self, data: bytes, what: str = "") -> None:
         """Send one message and wait for its ACK, resending every `resend_after` seconds."""
         self._check_usable()
-        size = packet_size(HEADER_LEN + len(data) + CRC_LEN)
-        if size > HOST_PACKET_LIMIT:
-            raise PacketTooLong(size, HOST_PACKET_LIMIT, what or data.decode("ascii", "replace"))
+        check_message_fits(data, what)
         seq, segment = self.endpoint.data_segment(data)
         packet = encode_packet(segment)
         self._write(packet)

@@ -10,6 +10,7 @@ import binascii
 from dataclasses import dataclass, field
 
 from firmware_bridge.errors import ERROR_REPORT, PacketTooLong
+from firmware_bridge.segments import CRC_LEN, HEADER_LEN
 
 START = 0x00
 END = 0x04
@@ -23,6 +24,14 @@ _END_B = b"\x04"
 def packet_size(segment_len: int) -> int:
     """Wire size of a packet carrying a segment of this many bytes (base64 + 2 framing bytes)."""
     return 4 * ((segment_len + 2) // 3) + 2
+
+
+def check_message_fits(message: bytes, what: str = "") -> None:
+    """Raise PacketTooLong (before anything is sent) if this host message, as one data segment, would overflow
+    the board's input buffer; `what` names it in the error (default: the message itself)."""
+    size = packet_size(HEADER_LEN + len(message) + CRC_LEN)
+    if size > HOST_PACKET_LIMIT:
+        raise PacketTooLong(size, HOST_PACKET_LIMIT, what or message.decode("ascii", "replace"))
 
 
 def encode_packet(segment: bytes, limit: int | None = HOST_PACKET_LIMIT, what: str = "") -> bytes:

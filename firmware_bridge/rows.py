@@ -51,10 +51,6 @@ class RowChecker:
         self.row_bytes = width * ROW_DTYPE.itemsize
         self._expected_next = first_counter  # None: accept whatever the first row says
 
-    @property
-    def expected_next(self) -> int | None:
-        return self._expected_next
-
     def decode(self, payloads: list[bytes], timestamps: np.ndarray | list[float]) -> RowBlock:
         """Check and decode a whole measurement; raises FrameRejected naming expected and received."""
         n = len(payloads)

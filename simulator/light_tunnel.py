@@ -80,10 +80,7 @@ class LightTunnelModel:
         self._rng_state = snapshot(self._rng)
         self._actuators = [v.name for v in self.layout.variables if v.kind is Kind.ACTUATOR]
         self._col = {name: i for i, name in enumerate(self.layout.names)}
-        self._power_on = {n: POWER_ON.get(n, 0.0) for n in self._actuators}
-        for name, value in self.params.power_on.items():
-            if name in self._power_on:
-                self._power_on[name] = float(value)
+        self._power_on = self.params.power_on_settings(self._actuators, POWER_ON)
         self._code_cols = [self._col[f"{ch}_{k}"] for k in (1, 2, 3) for ch in ("ir", "vis")]
         self.reset()
 

@@ -166,6 +166,18 @@ class SimParams(_Strict):
         "(the physics still runs at the firmware's effective power-on settings)",
     )
 
+    def power_on_settings(self, actuators: list[str], defaults: dict[str, float]) -> dict[str, float]:
+        """Each actuator's power-on value: the chamber's default (0 if none), overridden by `power_on`.
+
+        Why here: both chamber models resolve their power-on state the same way; overrides naming another
+        chamber's actuators are ignored, so one parameter file serves both.
+        """
+        settings = {n: defaults.get(n, 0.0) for n in actuators}
+        for name, value in self.power_on.items():
+            if name in settings:
+                settings[name] = float(value)
+        return settings
+
 
 def load_params(path: str | Path) -> SimParams:
     """Read and validate a parameter file; pydantic's error names the offending key."""

@@ -102,10 +102,7 @@ class WindTunnelModel:
         self._vref_cal = {float(k): float(v) for k, v in p.vref_calibrated.items()}
         self._actuators = [v.name for v in self.layout.variables if v.kind is Kind.ACTUATOR]
         self._col = {name: i for i, name in enumerate(self.layout.names)}
-        self._power_on = {n: POWER_ON.get(n, 0.0) for n in self._actuators}
-        for name, value in self.params.power_on.items():
-            if name in self._power_on:
-                self._power_on[name] = float(value)
+        self._power_on = self.params.power_on_settings(self._actuators, POWER_ON)
         # Offsets are drawn once from the generator, then its state is kept so reset() replays the same noise.
         if p.barometer_offsets_pa is not None:
             self.offsets = np.array([p.barometer_offsets_pa[b] for b in BAROMETERS], dtype=float)
@@ -124,9 +121,8 @@ class WindTunnelModel:
         restore(self._rng, self._rng_state)
         self._walk.reset()
         self._settings = dict(self._power_on)
-        self._reported = {
-            n: (UNSET if self.params_reports_unset and n in UNSET_AT_POWER_ON else v) for n, v in self._settings.items()
-        }
+        unset = self.params.power_on_reports_unset
+        self._reported = {n: (UNSET if unset and n in UNSET_AT_POWER_ON else v) for n, v in self._settings.items()}
         self._load_override: dict[str, bool] = {"load_in": False, "load_out": False}
         self._omega = {"in": 0.0, "out": 0.0}
         self._time = 0.0
@@ -136,10 +132,6 @@ class WindTunnelModel:
             target = self.p.ambient_mean_pa + self.offsets[BAROMETERS.index("downwind")]
             self._settings["input"] = target
             self._reported["input"] = target
-
-    @property
-    def params_reports_unset(self) -> bool:
-        return bool(self.params.power_on_reports_unset)
 
     def apply(self, name: str, value: float) -> None:
         """Take a validated actuator value. Sensor overrides and bookkeeping are the firmware's, not ours."""

@@ -18,7 +18,7 @@ import logging
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import yaml
