@@ -117,8 +117,8 @@ class RunIndex:
         cur = self._db.execute(
             "SELECT cell_id, claim_id, model, outcome, fidelity, flags, record FROM cells WHERE run_id=? "
             "ORDER BY cell_id", (run_id,))
-        return [dict(zip(("cell_id", "claim_id", "model", "outcome", "fidelity", "flags", "record"), r[:6] + (r[6],)))
-                | {"flags": json.loads(r[5])} for r in cur]
+        keys = ("cell_id", "claim_id", "model", "outcome", "fidelity", "flags", "record")
+        return [dict(zip(keys, row)) | {"flags": json.loads(row[5])} for row in cur]
 
     def verdicts(self, run_id: str) -> list[dict[str, Any]]:
         cur = self._db.execute("SELECT claim_id, verdict, class, value, u, unit FROM verdicts WHERE run_id=? "

@@ -63,6 +63,9 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
         runs = list(index.runs())
         assert [r.status for r in runs] == ["finished"]
         assert {v["claim_id"] for v in index.verdicts(runs[0].run_id)} >= {"dps310-operating-range"}
+        cells = index.cells(runs[0].run_id)
+        assert sorted(c["claim_id"] for c in cells) == ["dps310-operating-range", "si115x-adc-bit-depth"]
+        assert all(c["outcome"] == "submitted" and Path(c["record"]).exists() and c["flags"] == [] for c in cells)
     listed = json.loads(_run("runs", "list", "--runs-dir", str(tmp_path), "--json").stdout)
     assert [r["run_id"] for r in listed["runs"]] == [runs[0].run_id]
 
