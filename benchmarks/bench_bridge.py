@@ -34,7 +34,7 @@ from firmware_bridge.packets import packet_size  # noqa: E402
 from firmware_bridge.rows import RowChecker  # noqa: E402
 from firmware_bridge.segments import CRC_LEN, FIRST_SEQ, HEADER_LEN, LinkCounters  # noqa: E402
 from firmware_bridge.session import BAUDRATE, Mk1Session, Timing  # noqa: E402
-from firmware_bridge.variables import layout_for  # noqa: E402
+from firmware_bridge.variables import COUNTER_PERIOD, layout_for  # noqa: E402
 
 
 class ReplayPort:
@@ -67,7 +67,7 @@ def wire_rows(chamber: str, n: int, seed: int = 0) -> tuple[bytes, int]:
     layout = layout_for(chamber)
     rng = np.random.default_rng(seed)
     rows = rng.normal(1000.0, 10.0, (n, layout.row_length)).astype("<f4")
-    rows[:, 0] = np.arange(n) % 100_000
+    rows[:, 0] = np.arange(n) % COUNTER_PERIOD
     payloads = rows.view(np.uint8).reshape(n, -1)
     return frame_uniform(build_segments(0, FIRST_SEQ, 0, payloads)), layout.row_length
 

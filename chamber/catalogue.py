@@ -21,7 +21,8 @@ class VariableCatalogue:
     limits: OperatorLimits | None = None
 
     def settable(self) -> tuple[str, ...]:
-        return tuple(v.name for v in self.layout.variables if v.kind is not Kind.BOOKKEEPING or v.name == "flag")
+        return tuple(v.name for v in self.layout.variables
+                     if v.settable and (v.kind is not Kind.BOOKKEEPING or v.name == "flag"))
 
     def variable(self, name: str) -> Variable:
         variable = self.layout.get(name)

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from firmware_bridge.errors import FrameRejected
-from firmware_bridge.variables import COUNTER_WRAP, UNSET
+from firmware_bridge.variables import COUNTER_PERIOD, UNSET
 
 ROW_DTYPE = np.dtype("<f4")
 
@@ -95,11 +95,11 @@ class RowChecker:
         if stamps.shape != (n,):
             raise FrameRejected("host timestamps", f"{n}", f"{stamps.shape}")
         counters = raw[:, 0].astype(np.float64)
-        start = self._expected_next if self._expected_next is not None else int(counters[0]) % COUNTER_WRAP
-        expected = (start + np.arange(n)) % COUNTER_WRAP
+        start = self._expected_next if self._expected_next is not None else int(counters[0]) % COUNTER_PERIOD
+        expected = (start + np.arange(n)) % COUNTER_PERIOD
         mismatch = np.flatnonzero(counters != expected)
         if mismatch.size:
             i = int(mismatch[0])
             raise FrameRejected(f"counter continuity at row {i}", f"counter {int(expected[i])}", f"counter {counters[i]:g}")
-        self._expected_next = int((start + n) % COUNTER_WRAP)
+        self._expected_next = int((start + n) % COUNTER_PERIOD)
         return RowBlock(unset_to_nan(raw), stamps)

@@ -32,6 +32,7 @@ from firmware_bridge.messages import (
 )
 from firmware_bridge.rows import RowBlock, RowChecker
 from firmware_bridge.segments import LinkCounters
+from firmware_bridge.variables import COUNTER_PERIOD
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ class Mk1Session:
         last = runs[-1].data[-runs[-1].size :] if runs else b""
         if len(last) == self.checker.row_bytes:
             counter = int(np.frombuffer(last[:4], dtype="<f4")[0])
-            self.checker = RowChecker(self.checker.width, first_counter=(counter + 1) % 100_000)
+            self.checker = RowChecker(self.checker.width, first_counter=(counter + 1) % COUNTER_PERIOD)
         else:
             self.checker = RowChecker(self.checker.width, first_counter=None)
 

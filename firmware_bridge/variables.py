@@ -20,8 +20,12 @@ UNSET = -9999.0
 ROW_HEADER = ("counter", "flag", "intervention")
 """The three bookkeeping floats that open every VARIABLES_LIST and every data row."""
 
-COUNTER_WRAP = 100_000
-"""The row counter numbers rows 0..99999 and wraps to 0."""
+COUNTER_MAX = 100_000
+"""The last row number: the firmware counts 0, 1, ..., 100000 and then starts again at 0 (wt_mk_1.ino / lt_mk_1.ino:
+`observation_counter < max_counter ? observation_counter + 1.0 : 0.0` with max_counter 100000)."""
+
+COUNTER_PERIOD = COUNTER_MAX + 1
+"""Row numbers repeat every 100001 rows: arithmetic on counters is modulo this."""
 
 
 class Kind(str, Enum):
@@ -41,12 +45,22 @@ class Variable:
     low: float | None = None  # inclusive range the firmware accepts when not a discrete set
     high: float | None = None
     firmware_checks_range: bool = True  # False where the real firmware forgets (light tunnel `red`, `hatch`)
+    settable: bool = True  # False where the firmware has no setter (SET answers er04): LT v_board, v_reg
     description: str = ""
+
+    def snap(self, value: float) -> float | None:
+        """The allowed value `value` stands for (within 1e-9), or None; only for variables with a discrete set.
+
+        Why: the firmware compares the float it parsed with `==`, so a near value ("2.5600000001") fails with er03
+        where the allowed one ("2.56") passes. The host sends the allowed value itself."""
+        if self.allowed is None:
+            return None
+        return next((a for a in self.allowed if abs(value - a) < 1e-9), None)
 
     def accepts(self, value: float) -> bool:
         """Would the *physical* variable accept this value (the host-side rule, stricter than buggy firmware)?"""
         if self.allowed is not None:
-            return any(abs(value - a) < 1e-9 for a in self.allowed)
+            return self.snap(value) is not None
         if self.low is not None and value < self.low:
             return False
         if self.high is not None and value > self.high:
@@ -164,9 +178,10 @@ def _light_tunnel_standard() -> tuple[Variable, ...]:
     for k in (1, 2, 3):
         v.append(Variable(f"t_ir_{k}", A, "", allowed=(0.0, 1.0, 2.0, 3.0), description=f"IR integration time 48.8us*2^t, sensor {k}"))
         v.append(Variable(f"t_vis_{k}", A, "", allowed=(0.0, 1.0, 2.0, 3.0), description=f"visible integration time 48.8us*2^t, sensor {k}"))
-    v.append(Variable("camera", S, "", description="1 when an image was captured with this row"))
-    v.append(Variable("v_board", S, "ADC counts", description="board reference voltage (diagnostics)"))
-    v.append(Variable("v_reg", S, "ADC counts", description="regulator reference voltage (diagnostics)"))
+    v.append(Variable("camera", A, "", allowed=(0.0, 1.0),
+                      description="1: take a picture before each row (~1.5 s per row); an exogenous input"))
+    v.append(Variable("v_board", S, "ADC counts", settable=False, description="board supply voltage (diagnostics; no setter)"))
+    v.append(Variable("v_reg", S, "ADC counts", settable=False, description="regulator voltage (diagnostics; no setter)"))
     return tuple(v)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from firmware_bridge.batch import build_segments, check_crcs, decode_uniform_padded, encode_acks, frame_uniform
 from firmware_bridge.packets import END, HOST_PACKET_LIMIT, START, PacketSplitter, decode_body, encode_packet
 from firmware_bridge.rows import encode_rows
+from firmware_bridge.variables import COUNTER_PERIOD
 from firmware_bridge.segments import (
     CRC_LEN,
     FLAG_ACK,
@@ -483,7 +484,7 @@ class BoardProtocol:
         if faults.counter_gap_after_rows is not None and drawn + k > faults.counter_gap_after_rows >= drawn:
             i = faults.counter_gap_after_rows - drawn
             rows[i:, 0] += 1  # the counter jumps by one
-            self.firmware.counter = (self.firmware.counter + 1) % 100_000
+            self.firmware.counter = (self.firmware.counter + 1) % COUNTER_PERIOD
             faults.counter_gap_after_rows = None
         item.generated += k
         item.ready = rows

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from firmware_bridge.messages import boot_messages, format_reply_value
-from firmware_bridge.variables import COUNTER_WRAP, UNSET, Kind
+from firmware_bridge.variables import COUNTER_PERIOD, UNSET, Kind
 from simulator.model import PhysicsModel
 
 IGNORES_OUT_OF_RANGE = frozenset({"red"})
@@ -146,8 +146,8 @@ class EmulatedFirmware:
             raise ValueError(f"physics model returned shape {values.shape}, expected {(n, self.layout.row_length)}")
         values = values.copy()
         col = self._col
-        values[:, col["counter"]] = (self.counter + np.arange(n)) % COUNTER_WRAP
-        self.counter = (self.counter + n) % COUNTER_WRAP
+        values[:, col["counter"]] = (self.counter + np.arange(n)) % COUNTER_PERIOD
+        self.counter = (self.counter + n) % COUNTER_PERIOD
         values[:, col["flag"]] = self.flag
         values[:, col["intervention"]] = 0.0
         if n and self._intervention_pending:

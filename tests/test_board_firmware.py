@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from chamber.testing import CountingModel
-from firmware_bridge.variables import COUNTER_WRAP, UNSET, layout_for
+from firmware_bridge.variables import COUNTER_MAX, UNSET, layout_for
 from simulator.firmware import EmulatedFirmware, FirmwareFault
 from simulator.placeholder import make_placeholder_model
 
@@ -85,8 +85,8 @@ def test_counter_continues_across_msrs_wraps_and_restarts_on_boot():
     fw = booted()
     assert fw.rows(3)[:, 0].tolist() == [0, 1, 2]
     assert fw.rows(2)[:, 0].tolist() == [3, 4]
-    fw.counter = COUNTER_WRAP - 1
-    assert fw.rows(2)[:, 0].tolist() == [COUNTER_WRAP - 1, 0]
+    fw.counter = COUNTER_MAX - 1
+    assert fw.rows(3)[:, 0].tolist() == [COUNTER_MAX - 1, COUNTER_MAX, 0]
     fw.boot()
     assert fw.rows(1)[0, 0] == 0
 

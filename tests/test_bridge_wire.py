@@ -121,10 +121,13 @@ def test_rows_decode_with_unset_as_nan_and_counters_checked_across_calls():
     assert "expected counter 2" in str(info.value) and "received counter 3" in str(info.value)
 
 
-def test_counter_wraps_after_100000():
+def test_counter_reaches_100000_then_wraps_to_0():
+    """The firmware sends row 100000 before 0 (`observation_counter < max_counter ? +1 : 0`)."""
     checker = RowChecker(1, first_counter=99_999)
-    block = checker.decode(encode_rows(np.array([[99_999], [0]], dtype=np.float32)), [0.0, 0.0])
-    assert block.values[:, 0].tolist() == [99_999, 0]
+    block = checker.decode(encode_rows(np.array([[99_999], [100_000], [0]], dtype=np.float32)), [0.0] * 3)
+    assert block.values[:, 0].tolist() == [99_999, 100_000, 0]
+    with pytest.raises(FrameRejected, match="expected counter 100000"):
+        RowChecker(1, first_counter=99_999).decode(encode_rows(np.array([[99_999], [0]], dtype=np.float32)), [0.0] * 2)
 
 
 def test_wrong_row_length_names_expected_and_received():
