@@ -7,12 +7,12 @@ single byte goes out; operator limits narrow the physical ranges further.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from chamber.errors import InvalidSetting
 from chamber.limits import OperatorLimits
-from firmware_bridge.variables import UNSET, Kind, Layout, Variable
+from firmware_bridge.setting_rules import SettingRefused, encode_setting
+from firmware_bridge.variables import Kind, Layout, Variable
 
 
 @dataclass(frozen=True)
@@ -32,30 +32,15 @@ class VariableCatalogue:
         return variable
 
     def validate(self, name: str, value: float | str) -> float:
-        """The float to send, or InvalidSetting naming what was expected."""
+        """The float to send (an allowed value's canonical number, else the value as the board's 32-bit float
+        will hold it), or InvalidSetting naming what was expected. The text on the wire is `format_value` of it."""
         variable = self.variable(name)
-        number = _as_number(name, value)
-        if variable.kind is Kind.SENSOR:
-            return number  # an override; -9999 restores the reading
-        if name == "flag":
-            return number
-        if number == UNSET:
-            raise InvalidSetting(name, value, f"a value for the input {name} (it cannot be unset with -9999)")
-        if not variable.accepts(number):
-            raise InvalidSetting(name, value, f"{variable.describe_allowed()} ({variable.unit or 'no unit'})")
-        limit = self.limits.for_variable(name) if self.limits is not None else None
-        if limit is not None and not limit.accepts(number):
-            raise InvalidSetting(name, value, f"{limit.describe()} (operator limits)")
+        try:
+            number = encode_setting(variable, value).value
+        except SettingRefused as exc:
+            raise InvalidSetting(name, value, exc.expected) from None
+        if variable.kind is Kind.ACTUATOR:
+            limit = self.limits.for_variable(name) if self.limits is not None else None
+            if limit is not None and not limit.accepts(number):
+                raise InvalidSetting(name, value, f"{limit.describe()} (operator limits)")
         return number
-
-
-def _as_number(name: str, value: float | str) -> float:
-    if isinstance(value, bool):
-        raise InvalidSetting(name, value, "a number")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidSetting(name, value, "a number") from None
-    if not math.isfinite(number):
-        raise InvalidSetting(name, value, "a finite number")
-    return number

@@ -44,7 +44,9 @@ from firmware_bridge.segments import (
 log = logging.getLogger(__name__)
 
 RESEND_AFTER_S = 0.1
-"""The protocol's resend interval for an unacknowledged segment."""
+"""The protocol's resend interval for an unacknowledged segment (the board's own, ACK_TIMEOUT in serial_comms.cpp)."""
+RESEND_MAX_S = 2.0
+"""The adapted resend interval never grows past this."""
 READ_CHUNK = 1 << 16
 DRAIN_BYTES = 1 << 16
 """After a read, bytes that follow at once are read too (up to about this many) and processed and acknowledged in one
@@ -100,9 +102,13 @@ class Link:
         self.queued = 0  # messages in the inbox
         self._clock = clock
         self._wall_clock = wall_clock
+        self.resend_floor = resend_after
         self.resend_after = resend_after
         self.max_resends = max_resends
+        self._srtt: float | None = None  # smoothed ACK delay and its variation (RFC 6298), from unresent segments
+        self._rttvar = 0.0
         self._pending: int | None = None
+        self._last_acked: int | None = None
         self.broken: LinkLost | None = None
         self.halted: FirmwareError | None = None
         self.reboot_seen = False
@@ -117,33 +123,55 @@ class Link:
         self.inbox.clear()
         self.queued = 0
         self._pending = None
+        self._last_acked = None
         self.reboot_seen = False
 
     # ------------------------------------------------------------------ sending
-    def send(self, data: bytes, what: str = "") -> None:
-        """Send one message and wait for its ACK, resending every `resend_after` seconds."""
+    def set_resend_floor(self, seconds: float) -> None:
+        """The shortest resend interval for this board (its pace); the adapted interval never goes below it."""
+        self.resend_floor = seconds
+        self.resend_after = max(seconds, self.resend_after if self._srtt is not None else seconds)
+
+    def send(self, data: bytes, what: str = "", *, patience: float | None = None) -> None:
+        """Send one message and wait for its ACK, resending after `resend_after` seconds (adapted to the ACK
+        delays this board shows, never below its floor). Gives up after `max_resends` resends, or, with
+        `patience`, once that many seconds have passed (a board that is still booting)."""
         self._check_usable()
         check_message_fits(data, what)
         seq, segment = self.endpoint.data_segment(data)
         packet = encode_packet(segment)
+        clock = self._clock
         self._write(packet)
         self.counters.segments_sent += 1
         self._pending = seq
         resends = 0
-        deadline = self._clock() + self.resend_after
+        sent_at = clock()
+        give_up = sent_at + patience if patience is not None else None
+        deadline = sent_at + self.resend_after
         while self._pending is not None:
-            remaining = deadline - self._clock()
+            remaining = deadline - clock()
             if remaining <= 0:
                 self.counters.ack_timeouts += 1
-                if resends >= self.max_resends:
+                out_of_time = clock() >= give_up if give_up is not None else resends >= self.max_resends
+                if out_of_time:
                     self._fail(ReplyTimeout(f"no ACK for segment {seq} ({what or data[:20]!r}) after {resends} resends"))
                 self._write(packet)
                 resends += 1
                 self.counters.resends += 1
                 self.counters.segments_sent += 1
-                deadline = self._clock() + self.resend_after
+                deadline = clock() + self.resend_after
                 continue
             self.pump(remaining)
+        if resends == 0:  # Karn's rule: only an unresent segment tells how late this board's ACKs come
+            self._learn_ack_delay(clock() - sent_at)
+
+    def _learn_ack_delay(self, delay: float) -> None:
+        if self._srtt is None:
+            self._srtt, self._rttvar = delay, delay / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - delay)
+            self._srtt = 0.875 * self._srtt + 0.125 * delay
+        self.resend_after = min(RESEND_MAX_S, max(self.resend_floor, self._srtt + 4 * self._rttvar))
 
     # ------------------------------------------------------------------ receiving
     def next_message(self, timeout: float) -> tuple[bytes, float]:
@@ -296,6 +324,9 @@ class Link:
         elif kind is Arrival.ACK:
             if segment.ack == self._pending:
                 self._pending = None
+                self._last_acked = segment.ack
+            elif segment.ack == self._last_acked:  # the board acknowledged a resend it had already received
+                self.counters.needless_resends += 1
         elif kind is Arrival.DUPLICATE:
             acks.append(segment.seq)
         elif segment.seq == FIRST_SEQ and segment.data.startswith(b"CHAMBER_CONFIG"):

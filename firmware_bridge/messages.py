@@ -24,11 +24,20 @@ OK_RST = "OK,RST"
 RST = "RST"
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+"""The board parses every value into a 32-bit float (AVR `double` is `float`): the range it can hold."""
+
+
 def format_value(value: float) -> str:
-    """A float as the plain decimal the firmware parses: no exponent, no trailing zeros."""
+    """A float as the plain decimal the firmware parses: no exponent, no trailing zeros, and the fewest digits
+    that still name the same 32-bit float. Why float32: the board keeps nothing finer (String.toFloat is avr-libc
+    strtod into a float), and fewer digits keep a SET inside the 64-byte packet."""
     if not math.isfinite(value):
         raise ValueError(f"expected a finite number, received {value!r}")
-    text = np.format_float_positional(float(value), trim="-")
+    if abs(value) > FLOAT32_MAX:
+        raise ValueError(f"expected a number a 32-bit float can hold (|x| <= {FLOAT32_MAX:.4g}), received {value!r}")
+    text = np.format_float_positional(np.float32(value), trim="-", unique=True)
     return "0" if text in ("-0", "") else text
 
 

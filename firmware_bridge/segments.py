@@ -68,8 +68,8 @@ class Arrival(str, Enum):
     ACK = "ack"  # an acknowledgement
 
 
-COUNTER_NAMES = ("resends", "crc_failures", "ack_timeouts", "duplicates", "unexpected", "segments_sent",
-                 "segments_received", "bytes_sent", "bytes_received", "error_reports")
+COUNTER_NAMES = ("resends", "needless_resends", "crc_failures", "ack_timeouts", "duplicates", "unexpected",
+                 "segments_sent", "segments_received", "bytes_sent", "bytes_received", "error_reports")
 
 
 @dataclass
@@ -77,6 +77,7 @@ class LinkCounters:
     """Diagnostics of one endpoint, as the original host program kept them."""
 
     resends: int = 0
+    needless_resends: int = 0  # resends the board had already received (it acknowledged the segment twice)
     crc_failures: int = 0
     ack_timeouts: int = 0
     duplicates: int = 0

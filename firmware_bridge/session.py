@@ -32,7 +32,8 @@ from firmware_bridge.messages import (
 )
 from firmware_bridge.rows import RowBlock, RowChecker
 from firmware_bridge.segments import LinkCounters
-from firmware_bridge.variables import COUNTER_PERIOD
+from firmware_bridge.motion import MotorPositions
+from firmware_bridge.variables import COUNTER_PERIOD, chamber_of
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,39 @@ class BootInfo:
 
 
 @dataclass(frozen=True)
+class BoardPace:
+    """What a host must allow for on one chamber's real firmware (wt_mk_1.ino, lt_mk_1.ino, serial_comms.cpp).
+
+    - `resend_s`: the first resend interval for a host segment. The wind tunnel reads its serial line only
+      between idle measurements (take_measurements, ~140 ms, runs whenever no instruction is pending), so its
+      ACK can come ~150 ms after our segment; resending at the protocol's 100 ms would be needless, and a resend
+      into the board's full 64-byte receive ring loses bytes. The light tunnel waits in receive_string and ACKs
+      at once.
+    - `stall_s`: the longest silence between rows of an MSR before the link counts as lost. It must outlast the
+      firmware's own give-up, so that its error report arrives first: a hung Si1151 is polled 2 x 10000 times
+      (~8 s) before `<ERR,er08,...>`; a camera row takes ~1.5 s.
+    """
+
+    resend_s: float
+    stall_s: float
+
+
+BOARD_PACE = {"wt": BoardPace(resend_s=0.3, stall_s=3.0), "lt": BoardPace(resend_s=0.1, stall_s=12.0)}
+UNKNOWN_PACE = BoardPace(resend_s=0.3, stall_s=12.0)
+"""Before the announcement says which chamber this is (and for a board we do not know): the slower of both."""
+
+
+@dataclass(frozen=True)
 class Timing:
-    """Timeouts of a session; the defaults suit a real board (seconds of boot, ~7 rows/s)."""
+    """Timeouts of a session; None means "as the connected board needs" (BOARD_PACE), the default for real boards.
+
+    Motion is added on top of `reply_timeout`: a SET that moves the hatch or a polarizer, and RST (which first
+    returns every motor to 0), reply only after the move (firmware_bridge.motion)."""
 
     boot_timeout: float = 6.0  # from reset to CHAMBER_CONFIG (the original host waited ~4 s)
-    reply_timeout: float = 2.0  # from an ACKed command to its reply
-    stall_timeout: float = 2.0  # longest pause between rows of an MSR
-    resend_after: float = 0.1
+    reply_timeout: float = 2.0  # from an ACKed command to its reply, besides motion
+    stall_timeout: float | None = None  # longest pause between rows of an MSR
+    resend_after: float | None = None  # first resend interval for our segments (then adapted to the ACK delays seen)
     max_resends: int = 10
     dtr_pulse: float = 0.05
 
@@ -81,11 +108,13 @@ class Mk1Session:
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.timing = timing
+        self.pace = UNKNOWN_PACE
         self.link = Link(port, counters=counters, clock=clock, wall_clock=wall_clock,
-                         resend_after=timing.resend_after, max_resends=timing.max_resends)
+                         resend_after=timing.resend_after or UNKNOWN_PACE.resend_s, max_resends=timing.max_resends)
         self._sleep = sleep
         self.boot: BootInfo | None = None
         self.checker: RowChecker | None = None
+        self.motors = MotorPositions()
 
     @classmethod
     def connect(cls, url: str, *, timing: Timing = Timing(), counters: LinkCounters | None = None,
@@ -114,7 +143,9 @@ class Mk1Session:
             log.info("no announcement after %s; resetting with RST", "DTR" if dtr_worked else "opening the port")
             self.link.broken = None
             self.link.restart_numbering()
-            return self.reset()
+            # The board may still be booting (its receiver is off until Serial.begin, then it announces itself
+            # and only then reads our RST): keep resending RST for a whole boot time.
+            return self.reset(patience=self.timing.boot_timeout)
 
     def _pulse_dtr(self) -> bool:
         port = self.link.port
@@ -142,6 +173,9 @@ class Mk1Session:
                 self.boot = BootInfo(config, names)
                 self.checker = RowChecker(len(names), first_counter=0)
                 self.link.reboot_seen = False
+                self.motors.reset()
+                self.pace = BOARD_PACE.get(chamber_of(names), UNKNOWN_PACE)
+                self.link.set_resend_floor(self.timing.resend_after or self.pace.resend_s)
                 return self.boot
             else:
                 log.debug("ignoring %r while awaiting the boot announcement", text[:80])
@@ -151,8 +185,10 @@ class Mk1Session:
         """SET one variable (already validated by the caller); returns the value the board echoed."""
         text = format_set(target, value)
         self.link.send(text.encode("ascii"), text)
-        reply = self._text_reply()
-        return parse_set_reply(reply, target).value
+        reply = self._text_reply(self.motors.seconds_to(target, value))
+        echoed = parse_set_reply(reply, target).value
+        self.motors.moved(target, value)
+        return echoed
 
     def measure(self, n: int, delay: int = 0) -> RowBlock:
         """MSR n rows; every row is checked before any is returned, and a failure discards them all."""
@@ -164,7 +200,7 @@ class Mk1Session:
         link = self.link
         runs: list[Delivery] = []  # rows as the link delivered them (runs of rows, not one object per row)
         got = 0
-        stall = self.timing.stall_timeout
+        stall = self.timing.stall_timeout or self.pace.stall_s
         clock = link._clock
         last_progress = clock()
         while got < n:
@@ -191,17 +227,26 @@ class Mk1Session:
             self._resync(runs)
             raise
 
-    def reset(self) -> BootInfo:
-        """RST: the board answers OK,RST, reboots and announces itself again (numbering restarts)."""
-        self.link.send(RST.encode("ascii"), RST)
-        reply = self._text_reply()
-        if reply != OK_RST:
-            raise ProtocolError(f"'{OK_RST}'", reply)
+    def reset(self, *, patience: float | None = None) -> BootInfo:
+        """RST: the board returns its motors to 0, answers OK,RST, reboots and announces itself again (numbering
+        restarts). A board that was still booting announces itself before it reads the RST; those announcements
+        are passed over, since OK,RST and a fresh announcement follow. `patience`: how long to keep resending RST
+        before giving up (default: the link's resend budget)."""
+        self.link.send(RST.encode("ascii"), RST, patience=patience)
+        motion = self.motors.seconds_home()
+        while True:
+            reply = self._text_reply(motion)
+            if reply == OK_RST:
+                break
+            if not reply.startswith((CHAMBER_CONFIG + ",", VARIABLES_LIST + ",")):
+                raise ProtocolError(f"'{OK_RST}'", reply)
+            log.info("the board announced itself before answering RST (it was still booting): %s", reply[:40])
         self.link.restart_numbering()
         return self.await_boot(self.timing.boot_timeout)
 
-    def _text_reply(self) -> str:
-        data, _ = self.link.next_message(self.timing.reply_timeout)
+    def _text_reply(self, motion_s: float = 0.0) -> str:
+        """The next text message; the timeout allows for `motion_s` of motor movement first (+25 % margin)."""
+        data, _ = self.link.next_message(self.timing.reply_timeout + 1.25 * motion_s)
         return data.decode("ascii", errors="replace")
 
     def _resync(self, runs: list[Delivery]) -> None:

@@ -232,6 +232,11 @@ def layout_for(chamber: str, config: str | None = None) -> Layout:
     return LAYOUTS[key]
 
 
+def chamber_of(names: list[str] | tuple[str, ...]) -> str:
+    """Which chamber announced this VARIABLES_LIST: "lt" (light sensors) or "wt"."""
+    return "lt" if any(n.startswith("ir_") for n in names) else "wt"
+
+
 def layout_from_names(config: str, names: list[str] | tuple[str, ...]) -> Layout:
     """Build a layout from an announced VARIABLES_LIST, using catalogue facts where the names are known.
 
@@ -242,5 +247,4 @@ def layout_from_names(config: str, names: list[str] | tuple[str, ...]) -> Layout
     for layout in LAYOUTS.values():
         for v in layout.variables:
             known.setdefault(v.name, v)
-    chamber = "lt" if any(n.startswith("ir_") for n in names) else "wt"
-    return Layout(chamber, config, tuple(known.get(n, Variable(n, Kind.SENSOR, "")) for n in names))
+    return Layout(chamber_of(names), config, tuple(known.get(n, Variable(n, Kind.SENSOR, "")) for n in names))

@@ -9,7 +9,7 @@ import pytest
 
 from chamber import open_chamber
 from chamber.driver import Chamber
-from chamber.errors import ChamberHalted, FirmwareError, InvalidSetting, LimitsError, PacketTooLong
+from chamber.errors import ChamberHalted, FirmwareError, InvalidSetting, LimitsError
 from chamber.limits import load_limits
 from chamber.serial_backend import SerialBackend
 from chamber.sim_backend import SimBackend
@@ -57,10 +57,12 @@ def test_bad_settings_are_refused_and_nothing_is_sent(serial_chamber, name, valu
 def test_an_instruction_over_64_bytes_is_refused_and_nothing_is_sent(serial_chamber):
     chamber, ports, _ = serial_chamber
     before = bytes(ports[-1].written)
-    with pytest.raises(PacketTooLong, match="64-byte"):
-        chamber.set("pressure_downwind", "-123456.7890123")
+    with pytest.raises(InvalidSetting, match="fits the board's 64-byte packet"):
+        chamber.set("pressure_downwind", "-3e38")  # 39 digits as a plain decimal, even as a 32-bit float
     assert bytes(ports[-1].written) == before
     assert "pressure_downwind" not in chamber.applied()
+    # More digits than the board's float holds are sent as the fewest digits naming the same float.
+    assert chamber.set("pressure_downwind", "-123456.7890123") == -123456.79
 
 
 def test_set_many_refuses_all_if_one_is_bad(serial_chamber):
@@ -135,7 +137,7 @@ def test_sim_backend_applies_the_same_firmware_rules():
     chamber = open_chamber(backend="sim", chamber="lt")
     with pytest.raises(InvalidSetting, match="0..255"):
         chamber.set("red", 300)  # the board would ignore it silently; the driver refuses
-    with pytest.raises(PacketTooLong):
+    with pytest.raises(InvalidSetting, match="64-byte packet"):
         chamber.set("angle_1", "-1234567890123456789012")
 
 

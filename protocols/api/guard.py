@@ -9,11 +9,11 @@ check in front of a protocol run, whose SETs come from trusted code but must sti
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from firmware_bridge.variables import UNSET, Kind, Layout, Variable
+from firmware_bridge.setting_rules import SettingRefused, encode_setting
+from firmware_bridge.variables import Kind, Layout, Variable
 
 from .errors import ApiError
 
@@ -47,17 +47,12 @@ class SettingGuard:
                                 + ", ".join(self.settable())}
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return {"variable": name, "value": value, "code": "setting_refused", "expected": "a number"}
-        number = float(value)
-        if not math.isfinite(number):
-            return {"variable": name, "value": value, "code": "setting_refused", "expected": "a finite number"}
+        try:  # the driver's own rule (firmware allowed values, the board's float, the 64-byte packet)
+            number = encode_setting(variable, value).value
+        except SettingRefused as exc:
+            return {"variable": name, "value": value, "code": "setting_refused", "expected": f"{exc.expected} (firmware)"}
         if variable.kind is Kind.SENSOR:
             return None  # only reachable with inputs_only=False (a protocol's sensor override / restore)
-        if number == UNSET:
-            return {"variable": name, "value": value, "code": "setting_refused",
-                    "expected": f"a value for the input {name} (it cannot be unset with -9999)"}
-        if not variable.accepts(number):
-            return {"variable": name, "value": value, "code": "setting_refused",
-                    "expected": f"{variable.describe_allowed()} {variable.unit}".rstrip() + " (firmware)"}
         for lim in self.limits:
             rule = lim.for_variable(name)
             if rule is not None and not rule.accepts(number):
