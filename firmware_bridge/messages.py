@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from firmware_bridge.avrnum import arduino_float_text
 from firmware_bridge.errors import ProtocolError
 
 SET_PATTERN = re.compile(r"^SET,[a-z0-9_]*,-?\d*\.?\d*$")
@@ -55,8 +56,9 @@ def format_msr(n: int, delay: int = 0) -> str:
 
 
 def format_reply_value(value: float) -> str:
-    """How the firmware prints a value in OK,SET (Arduino's two decimals)."""
-    return f"{value:.2f}"
+    """How the firmware prints a value in OK,SET: Arduino's String(float), avr-libc dtostrf with two decimals on
+    the 32-bit float (0.125 → "0.13", 123456789 → "123456790.00"); see firmware_bridge/avrnum.py."""
+    return arduino_float_text(value)
 
 
 @dataclass(frozen=True)

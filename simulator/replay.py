@@ -163,6 +163,9 @@ class ReplayModel:
     `sample` past the end raises ReplayExhausted unless `loop=True`. `reset` starts again at the first row.
     """
 
+    replays_recorded_rows = True
+    """The recorded rows are the board's whole output: the firmware fills in only bookkeeping and overrides."""
+
     def __init__(self, recording: Recording, *, loop: bool = False, rows_per_second: float | None = None) -> None:
         if len(recording.rows) == 0:
             raise ReplayExhausted(f"{recording.path}: the recording has no rows to replay")

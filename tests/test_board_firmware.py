@@ -25,29 +25,42 @@ def test_boot_announces_config_and_the_real_variable_list():
 
 
 @pytest.mark.parametrize(
-    "message, code, detail",
+    "message, report",
     [
-        ("SET,osr_upwind,3", "er03", "osr_upwind=3.00"),
-        ("SET,v_in,3.3", "er03", "v_in=3.30"),
-        ("SET,load_in,1.5", "er03", "load_in=1.50"),
-        ("SET,nonsense,1", "er04", "nonsense"),
-        ("SET,counter,5", "er04", "counter"),
-        ("SET,load_in,-9999", "er42", "load_in"),
-        ("SET,load_in", "er01", "SET,load_in"),
-        ("SET,load_in,abc", "er01", "SET,load_in,abc"),
-        ("MSR,ten,0", "er01", "MSR,ten,0"),
-        ("WAIT,100", "er01", "WAIT,100"),
+        ("SET,osr_upwind,3", b"<ERR,er03>"),  # fail("er03") has no detail
+        ("SET,v_in,3.3", b"<ERR,er03>"),
+        ("SET,load_in,1.5", b"<ERR,er03>"),
+        ("SET,nonsense,1", b"<ERR,er04,nonsense>"),
+        ("SET,counter,5", b"<ERR,er04,counter>"),
+        ("SET,load_in,-9999", b"<ERR,er42>"),
+        ("SET,load_in", b"<ERR,er01,SET,load_in>"),
+        ("MSR,1,2,3", b"<ERR,er01,MSR,1,2,3>"),
+        ("WAIT,100", b"<ERR,er01,WAIT,100>"),
     ],
 )
-def test_bad_commands_raise_the_firmware_error_and_halt(message, code, detail):
+def test_bad_commands_raise_the_firmware_error_and_halt(message, report):
     fw = booted()
     with pytest.raises(FirmwareFault) as info:
         fw.handle(message)
-    assert (info.value.code, info.value.detail) == (code, detail)
-    assert info.value.report == f"<ERR,{code},{detail}>".encode()
+    assert info.value.report == report
     assert fw.handle("MSR,1,0") is None  # halted: nothing is answered until the next boot
     fw.boot()
     assert fw.handle("MSR,1,0") is not None
+
+
+@pytest.mark.parametrize(
+    "message, reply",
+    [
+        ("SET,load_in,abc", "OK,SET,load_in=0.00"),  # String::toFloat(): no number is 0
+        ("SET,load_in,0.125", "OK,SET,load_in=0.13"),  # dtostrf rounds half up
+        ("SET,flag,123456789", "OK,SET,flag=123456790.00"),  # a 32-bit float, 8 significant digits
+        ("MSR,2.9,7", "OK,MSR,n=2,wait=7"),
+        ("MSR,ten,0", "OK,MSR,n=0,wait=0"),
+        ("RSTX", "OK,RST"),
+    ],
+)
+def test_commands_are_parsed_as_the_firmware_parses_them(message, reply):
+    assert booted().handle(message).replies == (reply,)
 
 
 def test_hatch_is_unchecked_and_red_out_of_range_is_silently_ignored():
@@ -56,9 +69,21 @@ def test_hatch_is_unchecked_and_red_out_of_range_is_silently_ignored():
     assert wt.model.state()["hatch"] == 90.0
     lt = booted("lt")
     assert lt.handle("SET,red,300").replies == ("OK,SET,red=300.00",)
-    assert lt.model.state()["red"] == 0.0  # acknowledged, not applied
+    assert lt.variables["red"] == UNSET  # acknowledged, not applied ...
+    assert lt.rows(1)[0, 2] == 1.0  # ... yet the next row is marked as an intervention
     with pytest.raises(FirmwareFault, match="er03"):
         lt.handle("SET,green,300")
+
+
+def test_power_on_rows_report_the_firmware_variable_table():
+    wt = booted("wt")
+    row = dict(zip(wt.layout.names, wt.rows(1)[0].tolist()))
+    assert (row["flag"], row["hatch"], row["osr_in"], row["v_1"], row["res_in"]) == (UNSET,) * 5
+    assert (row["pot_1"], row["load_in"]) == (0.0, np.float32(0.01))
+    lt = booted("lt")
+    row = dict(zip(lt.layout.names, lt.rows(1)[0].tolist()))
+    assert (row["red"], row["osr_c"], row["v_angle_1"]) == (UNSET,) * 3
+    assert (row["osr_angle_1"], row["pol_1"], row["diode_ir_1"], row["t_vis_3"], row["camera"]) == (1, 0, 2, 3, 0)
 
 
 def test_intervention_marks_the_first_row_after_a_set_and_flag_is_copied():
