@@ -1,22 +1,26 @@
 """Light-tunnel physics: three Si1151 light sensors behind two polarizers, the light-source current, angle sensors.
 
-Why this shape: the published deterministic sensor model of the causalchamber package (response matrix S,
+Why this shape: the chamber authors' deterministic sensor model of the causalchamber package (response matrix S,
 distances, polarizer transmissions, Malus's law) fixes the *mean* code; a realistic chamber adds what the model
-leaves out and what verdicts depend on — 16-bit codes that saturate at 65535 and read-out noise.
+leaves out and what verdicts depend on — 16-bit codes that saturate at 65535, the scatter of the light source's
+PWM, internal-LED leakage, a dark level and read-out noise — and corrects it where the real validate_* figures
+depart from it (issue 14; each correction is a field of LightTunnelParams naming its figure; the authors'
+model exactly is `simulator/params_authors.json`).
 
-The model (numbers in simulator/params.py, sources in ../shared/docs/chamber-facts.md), for RGB = (red, green,
-blue) of the 37 LEDs:
-- sensor 1: mean = g_diode · g_t · (S · RGB), with relative gains g_diode = ir (1, 2, 4) / visible (1, 2) and
-  g_t = 2^t for the integration time 48.8 µs·2^t;
+The model (numbers in simulator/params.py, sources there and in ../shared/docs/chamber-facts.md), for
+RGB = (red, green, blue) of the 37 LEDs:
+- sensor 1: light = g_diode · g_t · (S · RGB) · channel_scale, with relative gains g_diode = ir (1, 2, 4) /
+  visible (2/2.55, 2: the real large/small ratio is 2.55) and g_t = 2^t for the integration time 48.8 µs·2^t;
 - sensor 2: the same with diag(Ts)·RGB (polarizer 1) and (d1/d2)²;
 - sensor 3: diag(Tc + (Tp − Tc)·cos²(θ1 − θ2))·RGB (both polarizers, Malus) and (d1/d3)²;
-- internal LEDs l_j1, l_j2 (lit only while sensor j is read) add `led_*_per_level`·(l_j1 + l_j2) counts at
-  gain 1 (assumed: no public figure).
+- internal LEDs l_j1, l_j2 (lit only while sensor j is read) add g·`led_*_per_level`·(l_j1 + l_j2) counts;
+- every reading adds the dark level `dark_mean_counts`.
 
-Noise model — ASSUMED, no public Si1151 noise figures exist: the code is Gaussian around the mean with variance
-dark_sd_counts² + shot_gain·mean (a read-out floor plus a Poisson-like term in code units; defaults 2 counts and
-1 count per count), rounded to an integer and clipped to 0..65535, so 65535 means saturated exactly as on the
-chip. Both numbers are parameters (LightTunnelParams) and can be set from data.
+Noise: the light part of each reading is scaled by (1 + pwm_scatter_rel·ε) — the LEDs' ~2 kHz PWM against the
+µs-long integration (real: ~8 % at a fixed setting) — then shot noise, shot_gain·Poisson(level/shot_gain)
+(variance shot_gain·level; shot_gain assumed: no public figure; Poisson so that the real dark level of a third
+of a count comes out right), then Gaussian read-out noise dark_sd, rounded to an integer and clipped to
+0..65535, so 65535 means saturated exactly as on the chip.
 
 Light-source current: counts = (Q·RGB + C0)·5/v_c on the 10-bit ADC (causalchamber model), averaged over osr_c
 reads. Angle sensors: counts = (A·θ + a_k)·5/v_angle_k, capped at 1023. Polarizer angles θ are the angles the
@@ -105,8 +109,10 @@ class LightTunnelModel:
         p = self.p
         return stepper_angle(self._settings[f"pol_{k}"], p.polarizer_steps_per_rev, p.polarizer_gear_ratio)
 
-    def mean_codes(self) -> np.ndarray:
-        """Noiseless, unclipped codes (ir_1, vis_1, ir_2, vis_2, ir_3, vis_3) for the current settings."""
+    def light_and_leak_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Noiseless, unclipped codes (ir_1, vis_1, ir_2, vis_2, ir_3, vis_3), split into the light-source part
+        (the authors' Deterministic model times `channel_scale`) and the internal-LED leakage. Why split: only the
+        light source's PWM makes the real readings scatter (`pwm_scatter_rel`); the internal LEDs do not."""
         p = self.p
         s = self._settings
         rgb = np.array([s["red"], s["green"], s["blue"]], dtype=float)
@@ -119,14 +125,20 @@ class LightTunnelModel:
             S @ (np.array(p.t_single) * rgb) * (d1 / d2) ** 2,
             S @ ((tc + (tp - tc) * math.cos(delta) ** 2) * rgb) * (d1 / d3) ** 2,
         )
-        codes = np.empty(6)
+        source, leak = np.empty(6), np.empty(6)
         for j, (ir, vis) in enumerate(light, start=1):
             leds = s[f"l_{j}1"] + s[f"l_{j}2"]
             g_ir = p.ir_diode_gains[int(s[f"diode_ir_{j}"])] * p.t_gains_ir[int(s[f"t_ir_{j}"])]
             g_vis = p.vis_diode_gains[int(s[f"diode_vis_{j}"])] * p.t_gains_vis[int(s[f"t_vis_{j}"])]
-            codes[2 * (j - 1)] = g_ir * (ir + p.led_ir_per_level * leds)
-            codes[2 * (j - 1) + 1] = g_vis * (vis + p.led_vis_per_level * leds)
-        return codes
+            i_ir, i_vis = 2 * (j - 1), 2 * (j - 1) + 1
+            source[i_ir], source[i_vis] = g_ir * ir * p.channel_scale[i_ir], g_vis * vis * p.channel_scale[i_vis]
+            leak[i_ir], leak[i_vis] = g_ir * p.led_ir_per_level * leds, g_vis * p.led_vis_per_level * leds
+        return source, leak
+
+    def mean_codes(self) -> np.ndarray:
+        """Noiseless, unclipped mean codes (ir_1, vis_1, ir_2, vis_2, ir_3, vis_3): light + leakage + dark level."""
+        source, leak = self.light_and_leak_codes()
+        return source + leak + self.p.dark_mean_counts
 
     def _adc(self, counts_at_5v: float, vref: float, osr: float, n: int) -> np.ndarray:
         """A 10-bit read given the count the model predicts for a 5 V reference, averaged over osr reads."""
@@ -144,9 +156,14 @@ class LightTunnelModel:
         out = np.zeros((n, self.layout.row_length))
         for name in self._actuators:
             out[:, col[name]] = self._reported[name]
-        mean = self.mean_codes()
-        sd = np.sqrt(p.dark_sd_counts**2 + p.shot_gain * np.maximum(mean, 0.0))
-        codes = mean + self._rng.standard_normal((n, 6)) * sd
+        source, leak = self.light_and_leak_codes()
+        mean = source + leak + p.dark_mean_counts
+        # light-source PWM scatter per reading, then shot noise (Poisson in units of shot_gain: exact at the
+        # dark level of a fraction of a count, where a Gaussian would be wrong), then the read-out floor
+        level = np.maximum(mean + source * (p.pwm_scatter_rel * self._rng.standard_normal((n, 6))), 0.0)
+        if p.shot_gain > 0:
+            level = p.shot_gain * self._rng.poisson(level / p.shot_gain)
+        codes = level + self._rng.standard_normal((n, 6)) * p.dark_sd_counts
         out[:, self._code_cols] = np.clip(np.round(codes), 0.0, CODE_MAX)
 
         rgb = np.array([s["red"], s["green"], s["blue"]])

@@ -1,26 +1,38 @@
 """Wind-tunnel physics: fans, fan currents, four DPS310 barometers, microphone and potentiometer read-back.
 
 Why this shape: verdicts computed on the simulator must behave like the real chamber, so the barometers carry
-what makes the real ones hard to use — a fixed per-unit offset (they agree only with the fans off) and noise set
-by each unit's oversampling — on top of the published mechanistic models of the causalchamber package:
-A1 (steady fan speed), A2 (spin-up/down dynamics), B1 (drawn current) and C3 (chamber pressure from both fans and
-the hatch). Numbers: simulator/params.py, sources in ../shared/docs/chamber-facts.md.
+what makes the real ones hard to use — a fixed per-unit offset (they agree only with the fans off), noise set by
+each unit's oversampling and a flow-dependent part — on top of the chamber authors' mechanistic models of the
+causalchamber package: A1 (steady fan speed), A2 (spin-up/down dynamics), B1 (drawn current), C3 (downwind
+pressure from both fans and the hatch) and D1 (upwind − downwind). Where the real chamber departs from those
+models (issue 14: the real figures of wt_validate_v1 and the authors' validation experiments), the defaults in
+simulator/params.py follow the real figures and name them; `simulator/params_authors.json` turns every
+departure off, giving the authors' models exactly.
 
 Modelling choices, stated so they can be checked:
 - Fan speed: A1 gives the steady state ω∞(L); A2's equation dω/dt = a − Kω²/I is solved in closed form with a
   chosen so that its steady state is A1's (A2's own torque law would give ω∞ ∝ L^1.5, contradicting A1). An
-  unpowered fan decays as ω0/(1 + Kω0t/I) and reads 0 below `fan_stall_rpm` (assumed).
-- rpm readings are 30e6/Δt (Δt in whole µs, `res`=1) or 30000/Δt (whole ms, `res`=0), as the firmware computes
-  them from tachometer ticks, plus Gaussian jitter `rpm_noise_rpm` (assumed).
+  unpowered fan decays as ω0/(1 + Kω0t/I) and is stopped below `fan_stall_rpm` (assumed). This *driven* speed
+  sets the pressures (C3 was fitted on loads through A1).
+- Cross-effects (authors' ground-truth graph; real figures in params): each fan also turns by `windmill_rpm`,
+  the air the other fan drives through it (an idle exhaust reads ~1300 rpm at full intake), less with the hatch
+  open; that unloads its motor, so its current drops by `current_windmill_a`·(windmill/ω_max).
+- rpm readings: the speed times `tach_rpm_per_model_rpm` (the real tachometer reads ~2870 at load 1), jittered
+  by `rpm_noise_rpm` (assumed) and quantised as 30e6/Δt (Δt in whole µs, `res`=1) or 30000/Δt (whole ms,
+  `res`=0), as the firmware computes them. The firmware updates only on ticks, so a stopped fan keeps its last
+  reading (`rpm_hold_when_stopped`; 0 if it never turned since power-on).
 - C3 with fan affinity laws (S_max ∝ ω², Q_max ∝ ω) gives the closed form S_r(ω) = S_max·(ω/ω_max)²·(1 − r(H)).
-  pressure_downwind = ambient + S_r(ω_in) − S_r(ω_out). Upwind and intake have no public model: we assume
-  upwind − ambient = `upwind_fraction`·(downwind − ambient) and intake − ambient = −`intake_suction_fraction`·
-  S_r(ω_in). With both fans stopped all four read the ambient pressure plus their offset and noise.
-- Barometers: reading = true pressure + unit offset + N(0, σ(osr)²) + `barometer_temperature_pa_per_k`·ΔT(t)
-  where ΔT drifts linearly at `temperature_drift_k_per_hour` (0 = off; the firmware compensates with a
-  temperature read once at start-up, so a drift shows as a pressure error).
-- Fan current: B1 in amperes, through `current_chain` (see params) into a 10-bit ADC read against the
-  *calibrated* reference, averaged over `osr_in`/`osr_out` reads.
+  downwind = ambient + S_r(ω_in) − S_r(ω_out); upwind = downwind + D1 (c₀ + c₁·(ω_in/ω_max)², while the intake
+  fan turns); intake = ambient − `intake_suction_fraction`·S_r(ω_in) + `intake_exhaust_fraction`·S_r(ω_out)
+  (no public model; the exhaust term is fitted to the real exhaust step). With both fans stopped all four read
+  the ambient pressure plus their offset and noise.
+- Barometers: reading = true pressure + unit offset + N(0, σ(osr)² + (σ_flow,unit·q²)²) +
+  `barometer_temperature_pa_per_k`·ΔT(t), q = the faster driven fan's ω/ω_max (turbulence ∝ dynamic pressure),
+  ΔT drifting linearly at `temperature_drift_k_per_hour` (0 = off; the firmware compensates with a temperature
+  read once at start-up, so a drift shows as a pressure error).
+- Fan current: B1 in amperes (minus the windmill term, plus `current_noise_a` row noise), through
+  `current_chain` (see params) into a 10-bit ADC read against the *calibrated* reference, averaged over
+  `osr_in`/`osr_out` reads.
 - Microphone (assumed, no public model): bias + fan hum ∝ mean (ω/ω_max)² + speaker white noise scaled by
   pot_1 (and pot_2 as amplification), read on the ADC. signal_k = pot_k/255 of the supply, read on the ADC.
 - Ambient pressure: simulator/noise.py SmoothWalk around `ambient_mean_pa`.
@@ -125,6 +137,7 @@ class WindTunnelModel:
         self._reported = {n: (UNSET if unset and n in UNSET_AT_POWER_ON else v) for n, v in self._settings.items()}
         self._load_override: dict[str, bool] = {"load_in": False, "load_out": False}
         self._omega = {"in": 0.0, "out": 0.0}
+        self._last_rpm = {"in": 0.0, "out": 0.0}  # a fan that never turned since power-on reads 0
         self._time = 0.0
         self._pid_prev_error = 0.0
         self._pid_sum_error = 0.0
@@ -204,16 +217,40 @@ class WindTunnelModel:
             self._omega[fan] = float(w[-1])
         return w
 
-    def _rpm_reading(self, omega: np.ndarray, res: float, n: int) -> np.ndarray:
-        rpm = omega / RAD_PER_RPM
-        noisy = rpm + self._rng.standard_normal(n) * self.p.rpm_noise_rpm
+    def windmill_rpm(self, own_rpm: np.ndarray, other_rpm: np.ndarray, hatch_deg: float) -> np.ndarray:
+        """Speed (model rpm) that the other fan's air adds to a fan: g·ω_other·(1 − ω_own/ω_max)·h(H).
+
+        Why: the real chamber's fans are coupled through the air they move (an idle exhaust windmills to ~1300 rpm
+        at full intake); h(H) = ((1 − r(H))/(1 − r₀))^windmill_hatch_exponent, since an open hatch lets the air
+        out before it reaches the other fan. Pressures do not use it: a windmilling fan does not pump."""
+        p = self.p
+        h = ((1.0 - self.airflow_ratio(hatch_deg)) / (1.0 - p.airflow_ratio_r0)) ** p.windmill_hatch_exponent
+        own = np.clip(np.asarray(own_rpm, dtype=float) / p.fan_rpm_max, 0.0, 1.0)
+        return p.windmill_gain * np.asarray(other_rpm, dtype=float) * (1.0 - own) * h
+
+    def _rpm_reading(self, fan: str, rpm: np.ndarray, res: float, n: int) -> np.ndarray:
+        """Tachometer readings for model speeds `rpm`: scaled to what the real tachometer reads, jittered and
+        quantised as the firmware computes them; a stopped fan reports 0 or, with rpm_hold_when_stopped, the last
+        reading it produced while turning (the firmware updates only on ticks)."""
+        p = self.p
+        true = rpm * p.tach_rpm_per_model_rpm
+        noisy = true + self._rng.standard_normal(n) * p.rpm_noise_rpm
         ticks_per_s = 1e6 if res >= 0.5 else 1e3
         with np.errstate(divide="ignore", invalid="ignore"):
             dt_ticks = np.round(30.0 * ticks_per_s / noisy)
-            quantised = 30.0 * ticks_per_s / dt_ticks
-        return np.where(rpm > 0.0, np.clip(quantised, 0.0, None), 0.0)
+            quantised = np.clip(30.0 * ticks_per_s / dt_ticks, 0.0, None)
+        moving = rpm >= max(p.fan_stall_rpm, 1e-9)
+        if not p.rpm_hold_when_stopped:
+            return np.where(moving, quantised, 0.0)
+        # forward-fill each stopped row with the last moving row's reading (or the carried one)
+        last = np.where(moving, np.arange(n), -1)
+        np.maximum.accumulate(last, out=last)
+        out = np.where(last >= 0, quantised[np.clip(last, 0, None)], self._last_rpm[fan])
+        if n:
+            self._last_rpm[fan] = float(out[-1])
+        return out
 
-    def _current_volts(self, amps: float) -> float:
+    def _current_volts(self, amps: np.ndarray | float) -> np.ndarray | float:
         if self.p.current_chain == "authors":
             return 2.0 * amps  # inverse of A = counts/1023·V_ref·2.5/5
         return self.p.acs_zero_v + self.p.acs_sensitivity_v_per_a * amps
@@ -228,36 +265,46 @@ class WindTunnelModel:
             out[:, col[name]] = self._reported[name]
 
         times = self._dt * np.arange(1, n + 1)
-        w_in = self._fan_trajectory("in", s["load_in"], times)
-        w_out = self._fan_trajectory("out", s["load_out"], times)
+        hatch = stepper_angle(s["hatch"], p.hatch_steps_per_rev)
+        # driven speeds (models A1/A2, model rpm) set the pressures; the air adds windmilling to what turns
+        driven = {
+            "in": self._fan_trajectory("in", s["load_in"], times) / RAD_PER_RPM,
+            "out": self._fan_trajectory("out", s["load_out"], times) / RAD_PER_RPM,
+        }
         t_now = self._time + times
         self._time += n * self._dt
 
-        out[:, col["rpm_in"]] = self._rpm_reading(w_in, s["res_in"], n)
-        out[:, col["rpm_out"]] = self._rpm_reading(w_out, s["res_out"], n)
-        for fan in ("in", "out"):
-            amps = self.fan_current_a(s[f"load_{fan}"])
+        for fan, other in (("in", "out"), ("out", "in")):
+            windmill = self.windmill_rpm(driven[fan], driven[other], hatch)
+            out[:, col[f"rpm_{fan}"]] = self._rpm_reading(fan, driven[fan] + windmill, s[f"res_{fan}"], n)
+            amps = (
+                self.fan_current_a(s[f"load_{fan}"])
+                - p.current_windmill_a * windmill / p.fan_rpm_max
+                + rng.standard_normal(n) * p.current_noise_a
+            )
             out[:, col[f"current_{fan}"]] = adc_counts(
                 self._current_volts(amps), self.vref_calibrated(s[f"v_{fan}"]), s[f"osr_{fan}"], p.adc_noise_counts, n, rng
             )
 
         ambient = p.ambient_mean_pa + self._walk.advance(n, rng)
-        hatch = stepper_angle(s["hatch"], p.hatch_steps_per_rev)
-        s_in = self.static_pressure(w_in / RAD_PER_RPM, hatch)
-        s_out = self.static_pressure(w_out / RAD_PER_RPM, hatch)
-        excess = s_in - s_out
+        s_in = self.static_pressure(driven["in"], hatch)
+        s_out = self.static_pressure(driven["out"], hatch)
+        downwind = ambient + s_in - s_out
+        d1 = np.where(driven["in"] > 0.0, p.upwind_d1_intercept_pa + p.upwind_d1_coef_pa * (driven["in"] / p.fan_rpm_max) ** 2, 0.0)
         true = {
-            "upwind": ambient + p.upwind_fraction * excess,
-            "downwind": ambient + excess,
+            "upwind": downwind + d1,
+            "downwind": downwind,
             "ambient": ambient,
-            "intake": ambient - p.intake_suction_fraction * s_in,
+            "intake": ambient - p.intake_suction_fraction * s_in + p.intake_exhaust_fraction * s_out,
         }
+        flow = np.clip(np.maximum(driven["in"], driven["out"]) / p.fan_rpm_max, 0.0, 1.0) ** 2
         drift = p.barometer_temperature_pa_per_k * p.temperature_drift_k_per_hour * t_now / 3600.0
         for i, unit in enumerate(BAROMETERS):
-            sigma = self._noise_sd(unit, s[f"osr_{unit}"])
+            sigma = np.hypot(self._noise_sd(unit, s[f"osr_{unit}"]), p.barometer_flow_noise_pa.get(unit, 0.0) * flow)
             out[:, col[f"pressure_{unit}"]] = true[unit] + self.offsets[i] + drift + rng.standard_normal(n) * sigma
 
-        hum = p.mic_fan_v * 0.5 * ((w_in / RAD_PER_RPM / p.fan_rpm_max) ** 2 + (w_out / RAD_PER_RPM / p.fan_rpm_max) ** 2)
+        w_in, w_out = driven["in"], driven["out"]
+        hum = p.mic_fan_v * 0.5 * ((w_in / p.fan_rpm_max) ** 2 + (w_out / p.fan_rpm_max) ** 2)
         speaker = p.mic_speaker_v * (s["pot_1"] / 255.0) * (0.5 + 0.5 * s["pot_2"] / 255.0)
         mic_v = p.mic_bias_v + hum + speaker * np.abs(rng.standard_normal(n)) + p.mic_noise_v * rng.standard_normal(n)
         out[:, col["mic"]] = adc_counts(mic_v, self.vref_calibrated(s["v_mic"]), s["osr_mic"], p.adc_noise_counts, n, rng)

@@ -123,10 +123,12 @@ def test_fit_recovers_light_sensor_gains(tmp_path):
     path = tmp_path / "gains.csv"
     write_recording(path, model.layout, np.vstack(blocks), rows_per_second=12.0)
     fitted = fit_recording(path).params.light_tunnel
-    # group means of 40 rows at ≥ 20 counts: relative SE ≲ 4 %; pooled over sensors and conditions; 10 %
-    np.testing.assert_allclose(fitted.ir_diode_gains, lt["ir_diode_gains"], rtol=0.10)
-    np.testing.assert_allclose(fitted.vis_diode_gains, lt["vis_diode_gains"], rtol=0.10)
-    np.testing.assert_allclose(fitted.t_gains_ir, lt["t_gains_ir"], rtol=0.10)
+    # group means of 40 rows at ≥ 20 counts: relative SE ≲ 4 % (with the 8 % PWM scatter: 1.3 % more);
+    # pooled over sensors and conditions; 10 %
+    # gains are identified relative to the lowest step (which keeps its default), so compare ratios
+    for name in ("ir_diode_gains", "vis_diode_gains", "t_gains_ir"):
+        got = np.array(getattr(fitted, name))
+        np.testing.assert_allclose(got / got[0], np.array(lt[name]) / lt[name][0], rtol=0.10, err_msg=name)
 
 
 def test_cli_sim_fit_writes_a_parameter_file(tmp_path, capsys):
