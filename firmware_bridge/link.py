@@ -47,6 +47,11 @@ RESEND_AFTER_S = 0.1
 """The protocol's resend interval for an unacknowledged segment (the board's own, ACK_TIMEOUT in serial_comms.cpp)."""
 RESEND_MAX_S = 2.0
 """The adapted resend interval never grows past this."""
+QUIET_AFTER_ACK_S = 0.005
+"""How long after writing an ACK the host waits before it sends a data segment. Why: the firmware's
+receive_packet keeps reading every byte already waiting once it has a packet and throws the rest away
+(serial_comms.cpp), so a command that follows our ACK of the board's reply within the same read is lost and has
+to be resent. 5 ms covers the ACK's ~0.5 ms at 500 kbaud and the USB bridge's latency."""
 READ_CHUNK = 1 << 16
 DRAIN_BYTES = 1 << 16
 """After a read, bytes that follow at once are read too (up to about this many) and processed and acknowledged in one
@@ -109,6 +114,7 @@ class Link:
         self._rttvar = 0.0
         self._pending: int | None = None
         self._last_acked: int | None = None
+        self._acked_at = float("-inf")
         self.broken: LinkLost | None = None
         self.halted: FirmwareError | None = None
         self.reboot_seen = False
@@ -141,6 +147,8 @@ class Link:
         seq, segment = self.endpoint.data_segment(data)
         packet = encode_packet(segment)
         clock = self._clock
+        while (quiet := self._acked_at + QUIET_AFTER_ACK_S - clock()) > 0:
+            self.pump(quiet)
         self._write(packet)
         self.counters.segments_sent += 1
         self._pending = seq
@@ -231,6 +239,7 @@ class Link:
         if acks:
             self._write(encode_acks(self.endpoint.last_delivered, acks))
             self.counters.segments_sent += len(acks)
+            self._acked_at = self._clock()
         if reports:
             self.counters.error_reports += len(reports)
             self.halted = FirmwareError.from_report(reports[0])

@@ -142,10 +142,11 @@ class Mk1Session:
         except ReplyTimeout:
             log.info("no announcement after %s; resetting with RST", "DTR" if dtr_worked else "opening the port")
             self.link.broken = None
-            self.link.restart_numbering()
+            # Numbering is kept: part of the announcement may have arrived (CHAMBER_CONFIG without VARIABLES_LIST
+            # yet), and a board waiting for the ACK of its next announcement would never read our RST otherwise.
             # The board may still be booting (its receiver is off until Serial.begin, then it announces itself
-            # and only then reads our RST): keep resending RST for a whole boot time.
-            return self.reset(patience=self.timing.boot_timeout)
+            # and only then reads our RST): keep resending RST for twice the boot time it has already overrun.
+            return self.reset(patience=2 * self.timing.boot_timeout)
 
     def _pulse_dtr(self) -> bool:
         port = self.link.port
@@ -232,8 +233,11 @@ class Mk1Session:
         restarts). A board that was still booting announces itself before it reads the RST; those announcements
         are passed over, since OK,RST and a fresh announcement follow. `patience`: how long to keep resending RST
         before giving up (default: the link's resend budget)."""
+        clock = self.link._clock
+        started = clock()
         self.link.send(RST.encode("ascii"), RST, patience=patience)
         motion = self.motors.seconds_home()
+        boot_wait = self.timing.boot_timeout
         while True:
             reply = self._text_reply(motion)
             if reply == OK_RST:
@@ -241,8 +245,10 @@ class Mk1Session:
             if not reply.startswith((CHAMBER_CONFIG + ",", VARIABLES_LIST + ",")):
                 raise ProtocolError(f"'{OK_RST}'", reply)
             log.info("the board announced itself before answering RST (it was still booting): %s", reply[:40])
+            # It booted slower than boot_timeout once; give its reboot the time it showed, with a margin.
+            boot_wait = max(boot_wait, 1.5 * (clock() - started + self.timing.boot_timeout))
         self.link.restart_numbering()
-        return self.await_boot(self.timing.boot_timeout)
+        return self.await_boot(boot_wait)
 
     def _text_reply(self, motion_s: float = 0.0) -> str:
         """The next text message; the timeout allows for `motion_s` of motor movement first (+25 % margin)."""
