@@ -137,7 +137,7 @@ def _sim_serve(args: argparse.Namespace) -> int:
         except (ValueError, TypeError) as exc:
             raise CliError(f"--faults: expected a JSON object of BoardFaults fields: {exc}") from exc
     board = make_board(args.chamber, transport=args.transport, seed=args.seed, config=args.config,
-                       params=_read_mapping(args.params), faults=faults, paced=args.pace == "real",
+                       params=_read_mapping(args.params), faults=faults, pace="real" if args.pace == "real" else "fast",
                        window=args.window, host=args.host, port=args.tcp_port)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -256,15 +256,15 @@ class Mk1Board:
         transport: PtyTransport | TcpTransport,
         *,
         faults: BoardFaults | None = None,
-        paced: bool = False,
-        window: int = 16,
-        boot_delay: float = 0.02,
+        pace: str = "real",
+        window: int = 1,
+        boot_delay: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.firmware = firmware
         self.transport = transport
         self._faults = faults or BoardFaults()
-        self.paced = paced
+        self.pace = pace
         self.window = window
         self.boot_delay = boot_delay
         self.counters = LinkCounters()
@@ -292,7 +292,7 @@ class Mk1Board:
             if not self.transport.wait_for_host(0.05):
                 continue
             self.connections += 1
-            protocol = BoardProtocol(self.firmware, faults=self._faults, paced=self.paced, window=self.window,
+            protocol = BoardProtocol(self.firmware, faults=self._faults, pace=self.pace, window=self.window,
                                      boot_delay=self.boot_delay, counters=self.counters)
             self._protocol = protocol
             protocol.connect(self._clock())
@@ -374,10 +374,13 @@ class BoardHandle:
 
 def make_board(chamber: str = "wt", *, transport: str = "pty", seed: int = 0, config: str = "standard",
                model: PhysicsModel | None = None, params: dict[str, Any] | None = None,
-               faults: BoardFaults | None = None, paced: bool = False, window: int = 16,
-               boot_delay: float = 0.02, host: str = "127.0.0.1", port: int = 0,
+               faults: BoardFaults | None = None, pace: str = "real", window: int = 1,
+               boot_delay: float | None = None, host: str = "127.0.0.1", port: int = 0,
                link_path: Path | None = None) -> Mk1Board:
-    """Build a board (model from simulator.physics when available, else the placeholder) on a new transport."""
+    """Build a board (model from simulator.physics when available, else the placeholder) on a new transport.
+
+    By default it is the real board's double: its timings (`pace="real"`) and stop-and-wait (`window=1`); the
+    deliberate differences of `pace="fast"` and `window>1` are listed in simulator/board_protocol.py (FIDELITY)."""
     if model is None:
         model = make_model(chamber, config=config, seed=seed, params=params)
     if transport == "pty":
@@ -386,21 +389,22 @@ def make_board(chamber: str = "wt", *, transport: str = "pty", seed: int = 0, co
         chosen = TcpTransport(host, port)
     else:
         raise ValueError(f"transport must be 'pty' or 'tcp', got {transport!r}")
-    return Mk1Board(EmulatedFirmware(model), chosen, faults=faults, paced=paced, window=window,
+    return Mk1Board(EmulatedFirmware(model), chosen, faults=faults, pace=pace, window=window,
                     boot_delay=boot_delay)
 
 
 @contextmanager
 def running_board(chamber: str = "wt", transport: str = "pty", seed: int = 0, *, faults: BoardFaults | None = None,
-                  model: PhysicsModel | None = None, config: str = "standard", paced: bool = False,
-                  window: int = 16, stable_path: bool = False, params: dict[str, Any] | None = None
-                  ) -> Iterator[BoardHandle]:
+                  model: PhysicsModel | None = None, config: str = "standard", pace: str = "fast",
+                  window: int = 1, stable_path: bool = False, params: dict[str, Any] | None = None,
+                  boot_delay: float | None = None) -> Iterator[BoardHandle]:
     """A board serving in a background thread. `stable_path=True` (pty only) gives a symlink URL that survives
-    the vanish fault, like /dev/serial/by-id does for a USB device."""
+    the vanish fault, like /dev/serial/by-id does for a USB device. Fast pace by default, because its users are
+    tests and the main job (simulator/board_protocol.py FIDELITY); `pace="real"` for the real board's timings."""
     with tempfile.TemporaryDirectory(prefix="mk1-board-") as tmp:
         link_path = Path(tmp) / f"mk1-{chamber}" if stable_path and transport == "pty" else None
         board = make_board(chamber, transport=transport, seed=seed, config=config, model=model, params=params,
-                           faults=faults, paced=paced, window=window, link_path=link_path)
+                           faults=faults, pace=pace, window=window, boot_delay=boot_delay, link_path=link_path)
         stop = threading.Event()
         thread = threading.Thread(target=board.serve, args=(stop,), name=f"mk1-board-{chamber}", daemon=True)
         thread.start()

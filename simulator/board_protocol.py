@@ -4,18 +4,45 @@ Why sans-IO: the board's rules (ACK every data segment, re-ACK duplicates, resen
 outside the framing and then halt) are easiest to get right and to test when bytes in, bytes out and time are
 explicit. simulator/board.py moves these bytes over a pty or a TCP socket. The fault switches exist so tests can
 make the link misbehave on purpose and check that the host recovers and counts what happened.
+
+What it copies from the real firmware (serial_comms.cpp, the sketches' setup() and loop(); checked against it by
+tests/test_board_vs_firmware.py):
+- Boot: the receiver is off until Serial.begin() (bytes sent earlier are lost), then setup() waits 500 ms and
+  sends CHAMBER_CONFIG, resent every 100 ms until ACKed, and only then VARIABLES_LIST. RST keeps the receiver on
+  but loses what was in the receive ring.
+- Stop-and-wait: each data segment is sent and ACK-awaited (resent every 100 ms) before the next one. While the
+  board is sending (inside a command) it reads only ACKs and duplicates; a new host command is dropped unACKed
+  (the host resends it). After OK,RST the board waits for that ACK, however long, and then reboots.
+- receive_packet's parser: a packet is START, at most 64 characters, END; a longer one resets the parser and is
+  dropped silently (no er00: receive_string's er00 cannot be reached through a 64-byte buffer), and a START
+  inside a packet is just a character.
+- While the board is busy (measuring a row, moving a motor, booting) host bytes wait in the Mega's 64-byte receive
+  ring (63 usable); what does not fit is lost.
+- The WT idle loop measures (~1/7 s per pass) and looks at the serial port only between passes, so its ACK of a
+  command comes up to one pass late; the LT waits in receive_string and answers at once.
+
+FIDELITY: the deliberate differences from the real board, all here in one place
+| what | real board | here |
+|---|---|---|
+| pace="fast" (tests, the main job) | boot ~1.15 s (WT) / ~1.42 s (LT), rows at 7 / 12 per s, moves and pictures take their time | boot `boot_delay` (20 ms), no time for rows, moves, pictures or the WT idle pass; the physics advances only by rows sampled (deterministic) |
+| pace="real" (default of make_board / `sim serve --pace real`) | as above | the same timings (rows at the physics model's rows_per_second); the physics also advances with the wall clock between commands (idle time is sampled and discarded, at most MAX_CATCH_UP_S) |
+| window > 1 | stop-and-wait | up to `window` data segments in flight (rows only; text is always stop-and-wait), the receive ring is not modelled (the board always reads) |
+| fault switches (BoardFaults) | none | test-only misbehaviour |
+| int width | 16-bit int on the AVR | MSR n and step counts as the harness's native build (32-bit; NaN/huge → INT_MIN / 0 steps) |
+| pressure-control | not in the released firmware | offered from its commented-out code |
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from firmware_bridge.batch import build_segments, check_crcs, decode_uniform_padded, encode_acks, frame_uniform
-from firmware_bridge.packets import END, HOST_PACKET_LIMIT, START, PacketSplitter, decode_body, encode_packet
+from firmware_bridge.packets import END, START, decode_body, encode_packet
 from firmware_bridge.rows import encode_rows
 from firmware_bridge.variables import COUNTER_PERIOD
 from firmware_bridge.segments import (
@@ -34,11 +61,18 @@ from simulator.firmware import EmulatedFirmware, FirmwareFault
 log = logging.getLogger(__name__)
 
 RESEND_AFTER_S = 0.1
-REBOOT_WAIT_S = 0.3  # after OK,RST: how long to wait for its ACK before rebooting anyway
+INPUT_BUFFER = 64  # receive_packet's input_buffer: characters between START and END
+RECEIVE_RING = 63  # the Mega's serial receive ring (64 bytes, one always free)
+SERIAL_ON_BEFORE_ANNOUNCE_S = 0.5  # setup(): Serial.begin(), then delay(500), then CHAMBER_CONFIG
+REAL_BOOT_S = {"wt": 1.15, "lt": 1.42}  # power-on (or RST) to CHAMBER_CONFIG, measured on the firmware harness
+FAST_BOOT_S = 0.02
+MAX_CATCH_UP_S = 3600.0  # real pace: idle time the physics catches up on at most (rows sampled and discarded)
+PACES = ("real", "fast")
 ROW_BLOCK = 2048  # rows drawn from the physics (and framed) in one go when unthrottled
 _ACK_BODY = 4 * ((HEADER_LEN + CRC_LEN + 2) // 3)  # base64 length of an ACK segment
 _ACK_PACKET = _ACK_BODY + 2
 _END_B = bytes([END])
+_START_B = bytes([START])
 
 
 @dataclass
@@ -70,7 +104,7 @@ class _Rows:
 
     left: int  # rows not yet sent
     sent: int = 0
-    next_due: float = 0.0
+    next_due: float = 0.0  # real pace: when the row being measured is ready (0: not measuring)
     generated: int = 0  # rows drawn from the firmware so far
     ready: np.ndarray | None = None  # drawn, not yet sent
     wire: bytes = b""  # `ready` framed as packets, valid while (wire_seq, wire_ack) match the endpoint
@@ -87,6 +121,57 @@ class _Rows:
 
 class _Reboot:
     pass
+
+
+@dataclass
+class _Busy:
+    """The board doing something before its next reply (a motor move): not reading, not sending."""
+
+    seconds: float
+    until: float | None = None
+
+
+class FirmwareParser:
+    """receive_packet()'s parser, byte-exact: START opens a packet, END closes it, at most INPUT_BUFFER characters
+    in between (a START inside is a character); one more character resets the parser and is lost, and so is
+    everything up to the next START. The state survives between reads, as the firmware's globals do."""
+
+    def __init__(self) -> None:
+        self.reading = False
+        self._buf = bytearray()
+
+    @property
+    def idle(self) -> bool:
+        return not self.reading
+
+    def feed(self, data: bytes) -> list[bytes]:
+        bodies: list[bytes] = []
+        i, n = 0, len(data)
+        while i < n:
+            if not self.reading:
+                j = data.find(_START_B, i)
+                if j < 0:
+                    return bodies
+                self.reading = True
+                self._buf.clear()
+                i = j + 1
+                continue
+            j = data.find(_END_B, i)
+            end = n if j < 0 else j
+            room = INPUT_BUFFER - len(self._buf)
+            if end - i <= room:
+                self._buf += data[i:end]
+                if j < 0:
+                    return bodies
+                bodies.append(bytes(self._buf))
+                self.reading = False
+                self._buf.clear()
+                i = j + 1
+            else:  # overrun: the character after a full buffer resets the parser
+                self.reading = False
+                self._buf.clear()
+                i += room + 1
+        return bodies
 
 
 @dataclass
@@ -124,15 +209,28 @@ class BoardProtocol:
 
     firmware: EmulatedFirmware
     faults: BoardFaults = field(default_factory=BoardFaults)
-    paced: bool = False  # True: rows at firmware.model.rows_per_second, like the real board
-    window: int = 16  # data segments in flight; the host ACKs each one, so any window is wire-compatible
-    boot_delay: float = 0.02
+    pace: str = "real"  # "real": the real board's timings; "fast": no time for anything (see FIDELITY above)
+    window: int = 1  # data segments in flight: 1 is the firmware's stop-and-wait; more is a deliberate difference
+    boot_delay: float | None = None  # None: REAL_BOOT_S of the chamber at real pace, FAST_BOOT_S at fast pace
     counters: LinkCounters = field(default_factory=LinkCounters)
 
     def __post_init__(self) -> None:
+        if self.pace not in PACES:
+            raise ValueError(f"pace must be one of {', '.join(PACES)}, got {self.pace!r}")
+        if self.boot_delay is None:
+            self.boot_delay = REAL_BOOT_S.get(self.firmware.chamber, 1.2) if self.paced else FAST_BOOT_S
         self.out = bytearray()
         self.endpoint = Endpoint(counters=self.counters)
-        self._splitter = PacketSplitter()
+        self._splitter = FirmwareParser()
+        self._serial_on_at: float | None = None
+        self._ring = bytearray()  # host bytes waiting while the board is busy
+        self._ring_since: float | None = None
+        self.bytes_lost = 0  # host bytes the board never saw (receiver off, receive ring full)
+        self._busy_until = 0.0
+        self._idle_since: float | None = None  # WT: the idle loop's measuring passes started here
+        self._idle_measuring = False
+        self._physics_at: float | None = None
+        self._now = 0.0  # the time of the packet being handled
         self._queue: deque[bytes | _Rows | _Reboot] = deque()
         self._inflight: deque[_InFlight] = deque()
         self._inflight_count = 0  # data segments sent and not acknowledged (the window fill)
@@ -145,10 +243,17 @@ class BoardProtocol:
         self.vanish_requested = False
         self.halted = False
 
+    @property
+    def paced(self) -> bool:
+        return self.pace == "real"
+
     # ------------------------------------------------------------------ lifecycle
     def connect(self, now: float) -> None:
         """A host opened the port: like the Mega's auto-reset, reboot and announce after the boot delay."""
+        assert self.boot_delay is not None
         self._boot_at = now + self.boot_delay
+        self._serial_on_at = max(now, self._boot_at - SERIAL_ON_BEFORE_ANNOUNCE_S) if self.paced else now
+        self._physics_at = now
         self.halted = True  # nothing is processed while booting
         if self.faults.raw_burst_bytes:
             self.out += b"U" * self.faults.raw_burst_bytes
@@ -159,8 +264,12 @@ class BoardProtocol:
         self._queue.clear()
         self._clear_inflight()
         self._delayed_acks.clear()
-        self._splitter = PacketSplitter()
+        self._splitter = FirmwareParser()
         self._reboot_deadline = None
+        self._busy_until = 0.0
+        self._idle_since = None
+        self._idle_measuring = False
+        self._physics_at = now - (self.boot_delay or 0.0)  # setup() started the fans at power-on
         self.halted = False
         announcements = self.firmware.boot()
         if self.faults.silent_boot:
@@ -171,12 +280,61 @@ class BoardProtocol:
         self._boot_at = None
         log.debug("board booted (%s)", self.firmware.config)
 
+    def _soft_reset(self, now: float) -> None:
+        """resetFunc() after OK,RST: setup() runs again; the receiver stays on, the receive ring is lost."""
+        assert self.boot_delay is not None
+        self._boot_at = now + self.boot_delay
+        self._serial_on_at = now
+        self._ring.clear()
+        self._ring_since = None
+        self._queue.clear()
+        self._clear_inflight()
+        self.halted = True
+
     # ------------------------------------------------------------------ input
+    def _listening(self, now: float) -> bool:
+        """Is the firmware reading the serial port right now (else bytes wait in the receive ring)?"""
+        if self._boot_at is not None:
+            return False
+        if self.window > 1:
+            return True
+        return now >= self._busy_until and not self._idle_measuring
+
     def feed(self, data: bytes, now: float) -> None:
+        if self._boot_at is not None:  # booting: lost before Serial.begin(), then kept in the ring
+            if self._serial_on_at is None or now < self._serial_on_at:
+                self.bytes_lost += len(data)
+                return
+            self._to_ring(data, now)
+            return
         if self.halted:
             return
+        if not self._listening(now):
+            self._to_ring(data, now)
+            return
+        self._feed_now(data, now)
+
+    def _to_ring(self, data: bytes, now: float) -> None:
+        room = RECEIVE_RING - len(self._ring)
+        if room < len(data):
+            self.bytes_lost += len(data) - max(room, 0)
+            log.debug("board receive ring full: %d byte(s) lost", len(data) - max(room, 0))
+        if room > 0 and data:
+            if not self._ring:
+                self._ring_since = now
+            self._ring += data[:room]
+
+    def _flush_ring(self, now: float) -> None:
+        """The firmware reads again: what waited in the ring is read first."""
+        if self._ring and self._listening(now) and not self.halted:
+            data = bytes(self._ring)
+            self._ring.clear()
+            self._ring_since = None
+            self._feed_now(data, now)
+
+    def _feed_now(self, data: bytes, now: float) -> None:
         last_end = data.rfind(_END_B)
-        if last_end >= 0 and len(data) - 1 - last_end <= HOST_PACKET_LIMIT:
+        if last_end >= 0:
             # cannot end in er00: the chunk may be taken in parts, in order, with the ACKs the host owes compared
             # as bytes (the splitter gives the same packets however the stream is cut)
             rest = data
@@ -195,11 +353,7 @@ class BoardProtocol:
         self._feed_split(data, now)
 
     def _feed_split(self, data: bytes, now: float) -> None:
-        split = self._splitter.feed(data)
-        if self._splitter.pending > HOST_PACKET_LIMIT:
-            self._halt(FirmwareFault("er00", ""))
-            return
-        bodies = split.bodies
+        bodies = self._splitter.feed(data)
         i, n = 0, len(bodies)
         while i < n and not self.halted:
             j = i + 1
@@ -208,9 +362,6 @@ class BoardProtocol:
                     j += 1
             if j - i < 4 or not self._take_acks(bodies[i:j]):
                 for body in bodies[i:j]:
-                    if len(body) + 2 > HOST_PACKET_LIMIT:
-                        self._halt(FirmwareFault("er00", ""))
-                        return
                     self._on_packet(body, now)
                     if self.halted:
                         return
@@ -311,6 +462,11 @@ class BoardProtocol:
         if segment is None:
             self.counters.crc_failures += 1
             return
+        if not segment.is_ack and segment.seq == next_seq(self.endpoint.last_acknowledged) and self._executing():
+            # send_data() reads only ACKs and duplicates: a new command is dropped, unacknowledged
+            self.counters.segments_received += 1
+            self.counters.unexpected += 1
+            return
         kind = self.endpoint.classify(segment)
         if kind is Arrival.ACK:
             self._on_ack(segment.ack)
@@ -320,15 +476,25 @@ class BoardProtocol:
         self._send_ack(segment.seq, now)
         if kind is Arrival.DUPLICATE:
             return
-        self._on_message(segment.data.decode("ascii", errors="replace"))
+        self._now = now
+        # receive_string(): the bytes up to the first NUL become the String
+        self._on_message(segment.data.split(b"\0", 1)[0].decode("latin-1"))
+
+    def _executing(self) -> bool:
+        """Inside a command (or the boot announcements): replies still to send or to be acknowledged."""
+        return bool(self._queue) or self._inflight_count > 0
 
     def _on_message(self, text: str) -> None:
+        self._idle_since = None
+        self._idle_measuring = False
         faults = self.faults
         if faults.error_on is not None and text.startswith(faults.error_on):
             code, detail = faults.error_code, faults.error_detail
             faults.error_on = None  # one-shot
             self._halt(self.firmware.fail(code, detail))
             return
+        if self.paced:
+            self._advance_physics(self._now)
         try:
             response = self.firmware.handle(text)
         except FirmwareFault as fault:
@@ -336,6 +502,8 @@ class BoardProtocol:
             return
         if response is None:
             return
+        if self.paced and response.busy_s > 0:
+            self._queue.append(_Busy(response.busy_s))
         for reply in response.replies:
             self._queue.append(reply.encode("ascii"))
         if response.measure:
@@ -390,7 +558,27 @@ class BoardProtocol:
                 self.out += item.unacknowledged()
                 item.deadline = now + RESEND_AFTER_S
                 self.counters.resends += item.left
+        self._flush_ring(now)
         self._fill(now)
+        if not self.halted and not self._queue and not self._inflight_count and self._boot_at is None:
+            self._idle(now)
+        self._flush_ring(now)
+
+    def _idle(self, now: float) -> None:
+        """Between commands. LT: receive_string() reads at once. WT: loop() runs take_measurements() while the
+        serial port is empty and looks at it only between passes, so a command waits for the pass to end."""
+        if self._idle_since is None:
+            self._idle_since = now
+            self._idle_measuring = self.paced and self.firmware.chamber == "wt" and self.window == 1
+        if self._idle_measuring and self._ring_since is not None and now >= self._idle_look_at():
+            self._idle_measuring = False  # Serial.available() > 0: receive_string() until a command arrives
+
+    def _idle_look_at(self) -> float:
+        """The end of the idle pass during which the first waiting byte arrived."""
+        assert self._idle_since is not None and self._ring_since is not None
+        period = self.firmware.row_seconds()
+        passes = math.ceil(max(self._ring_since - self._idle_since, 0.0) / period)
+        return self._idle_since + passes * period
 
     def next_deadline(self, now: float) -> float:
         times = [now + 1.0]
@@ -400,42 +588,67 @@ class BoardProtocol:
             times.append(self._inflight[0].deadline)
         if self._delayed_acks:
             times.append(min(t for t, _ in self._delayed_acks))
-        if self._queue and isinstance(self._queue[0], _Rows) and self.paced:
-            times.append(self._queue[0].next_due)
-        if self._reboot_deadline is not None:
-            times.append(self._reboot_deadline)
+        if self._busy_until > now:
+            times.append(self._busy_until)
+        if self._idle_measuring and self._ring_since is not None and self._idle_since is not None:
+            times.append(self._idle_look_at())
         return min(times)
+
+    def _advance_physics(self, now: float) -> None:
+        """Real pace: the chamber's physics runs on between rows too (fans spin up while the host waits). The
+        time since the last row is sampled and discarded, at most MAX_CATCH_UP_S of it."""
+        model = self.firmware.model
+        if self._physics_at is None or getattr(model, "replays_recorded_rows", False):
+            self._physics_at = now
+            return
+        rate = model.rows_per_second
+        k = int((now - self._physics_at) * rate)
+        if k > 0:
+            model.sample(min(k, int(MAX_CATCH_UP_S * rate)))
+            self._physics_at += k / rate
 
     def _fill(self, now: float) -> None:
         queue = self._queue
         while queue and self._inflight_count < self.window and not self.halted:
             item = queue[0]
             if isinstance(item, bytes):
+                if self._inflight_count:  # text is sent stop-and-wait whatever the window (send_string)
+                    return
                 queue.popleft()
                 self._send_data(item, now)
             elif isinstance(item, _Rows):
+                if item.sent == 0 and self._inflight_count:  # OK,MSR first, stop-and-wait like all text
+                    return
                 if not self._send_rows(item, now):
                     return
                 if item.left == 0:
                     queue.popleft()
-            else:  # a reboot after OK,RST: once it was acknowledged, or after REBOOT_WAIT_S
-                if self._reboot_deadline is None:
-                    self._reboot_deadline = now + REBOOT_WAIT_S
-                if self._inflight and now < self._reboot_deadline:
+            elif isinstance(item, _Busy):
+                if item.until is None:
+                    item.until = now + item.seconds
+                    self._busy_until = item.until
+                if now < item.until:
                     return
-                self._boot(now)
+                queue.popleft()
+            else:  # a reboot after OK,RST, once it was acknowledged (send_data() waits for it however long)
+                if self._inflight:
+                    return
+                self._soft_reset(now)
+                return
 
     def _send_rows(self, item: _Rows, now: float) -> bool:
         """Send the next rows of an MSR; False when the pace says not yet (or a fault ended the session)."""
-        if self.paced:
-            if item.sent == 0 and item.next_due == 0.0:
-                item.next_due = now + 1.0 / self.firmware.model.rows_per_second
-                return False
+        if self.paced:  # take_measurements() (not reading the port), then send_data()
+            if item.next_due == 0.0:
+                item.next_due = now + self.firmware.row_seconds()
+                self._busy_until = item.next_due
             if now < item.next_due:
                 return False
-            item.next_due += 1.0 / self.firmware.model.rows_per_second
+            item.next_due = 0.0
             if not item.ready_count:
+                self._advance_physics(now - 1.0 / self.firmware.model.rows_per_second)
                 self._draw_rows(item, 1)
+                self._physics_at = now
             k = min(1, item.ready_count)
         else:
             if not item.ready_count:

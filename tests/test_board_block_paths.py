@@ -42,7 +42,7 @@ def run_msr(n: int, *, window: int, faults: BoardFaults | None = None, ack_rng: 
     if not shortcut and monkeypatch is not None:
         monkeypatch.setattr(BoardProtocol, "_take_expected_acks", lambda self, data: False)
     board = BoardProtocol(EmulatedFirmware(CountingModel()), faults=faults or BoardFaults(), window=window,
-                          boot_delay=0.0)
+                          pace="fast", boot_delay=0.0)
     host = Endpoint(counters=LinkCounters())
     splitter = PacketSplitter()
     now = 0.0
@@ -54,7 +54,7 @@ def run_msr(n: int, *, window: int, faults: BoardFaults | None = None, ack_rng: 
     sent_msr = False
     for _ in range(100_000):
         board.tick(now)
-        if not sent_msr and board.endpoint.last_delivered != 2**32 - 2:  # booted and announcing
+        if not sent_msr and len(delivered) >= 2:  # both announcements delivered and ACKed (the board drops commands before)
             board.feed(encode_packet(segment), now)
             sent_msr = True
         out = bytes(board.out)
@@ -111,32 +111,45 @@ def test_acks_compared_as_bytes_reach_the_same_state_as_decoding_them(monkeypatc
 
 
 def test_unacknowledged_rows_are_resent_intact_after_100_ms_go_back_n():
-    board = BoardProtocol(EmulatedFirmware(CountingModel()), window=512, boot_delay=0.0)
+    board = BoardProtocol(EmulatedFirmware(CountingModel()), window=512, pace="fast", boot_delay=0.0)
     host = Endpoint()
     board.connect(0.0)
-    board.tick(0.0)
-    announced = data_packets(board.out)  # left unacknowledged on purpose
-    board.out.clear()
+
+    def ack_text(expected: int) -> None:
+        """Text goes stop-and-wait whatever the window: exactly one segment out; the host ACKs it."""
+        board.tick(0.0)
+        packets = data_packets(board.out)
+        board.out.clear()
+        assert len(packets) == expected
+        for body in packets:
+            seq = host.classify(decode_segment(decode_body(body)))
+            assert seq is Arrival.DELIVER
+            board.feed(encode_packet(encode_segment(FLAG_ACK, host.last_delivered, host.last_acknowledged), None), 0.0)
+
+    ack_text(1)  # CHAMBER_CONFIG
+    ack_text(1)  # VARIABLES_LIST, only once CHAMBER_CONFIG was acknowledged
     _, segment = host.data_segment(b"MSR,50,0")
     board.feed(encode_packet(segment), 0.0)
+    board.out.clear()  # the board's ACK of the MSR
+    ack_text(1)  # OK,MSR
     board.tick(0.0)
     first = data_packets(board.out)
     board.out.clear()
-    assert board._inflight_count == 2 + 1 + 50 + 1  # announcements, OK,MSR, rows, OK,DONE
+    assert board._inflight_count == 50  # the rows; OK,DONE waits for the last one to be acknowledged
     board.tick(RESEND_AFTER_S * 0.99)
     assert board.out == b""  # not yet
     board.tick(RESEND_AFTER_S)
     again = data_packets(board.out)
     board.out.clear()
-    assert again == announced + first  # everything unacknowledged, in order, byte for byte
-    assert board.counters.resends == 54 and board.counters.ack_timeouts == 1
-    # a cumulative ACK for row 24 (sequence number of OK,MSR + 25) clears everything up to it
-    row_24 = (board._oldest_seq() + 2 + 1 + 24) % 2**32
+    assert again == first  # everything unacknowledged, in order, byte for byte
+    assert board.counters.resends == 50 and board.counters.ack_timeouts == 1
+    # a cumulative ACK for row 24 (the oldest unacknowledged is row 0) clears everything up to it
+    row_24 = (board._oldest_seq() + 24) % 2**32
     board.feed(encode_packet(encode_segment(FLAG_ACK, host.last_delivered, row_24), None), RESEND_AFTER_S)
-    assert board._inflight_count == 54 - 28
+    assert board._inflight_count == 50 - 25
     board.tick(RESEND_AFTER_S * 2)
     packets = PacketSplitter().feed(bytes(board.out)).bodies
-    assert len(packets) == 54 - 28
+    assert len(packets) == 50 - 25
     assert decode_segment(decode_body(packets[0])).seq == (row_24 + 1) % 2**32
 
 
