@@ -52,7 +52,7 @@ class WindTunnelParams(_Strict):
     ambient_rate_timescale_s: float = Field(1800.0, gt=0, description="correlation time of the pressure trend")
     # barometers
     barometer_offsets_pa: dict[str, float] | None = Field(
-        default_factory=lambda: {"upwind": 2.99, "downwind": -8.46, "ambient": 0.0, "intake": -4.71},
+        default_factory=lambda: {"upwind": 2.99, "downwind": -8.46, "ambient": 0.0, "intake": -4.61},
         description="fixed per-unit offsets (Pa, ambient = 0). real: solved from the four figures of "
         "validate_load_out_pressure_intake by the seed paper's method (sigma 0.0801 hPa, spread 0.0969 hPa, offset "
         "0.0506 hPa; ../shared/paper-archive/archive/baseline_chamber.json) with the 3000-row means of the tool "

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The simulator beside the real chamber and the chamber authors' models, figure by figure (issue 14).
+
+For every figure of simulator/real_figures.py FIGURES: the real value (and where it is recorded), the tolerance,
+ours on the default parameters (mean ± SD over seeds, computed by running the protocol that recorded the public
+dataset and the seed paper's method), the authors' exact models (simulator/params_authors.json, same protocol),
+and ours before issue 14 as the issue measured it.
+Usage: python benchmarks/bench_sim_figures.py [--seeds 8] [--shared ../shared] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_cli import shared_dir  # noqa: E402
+from simulator.params import authors_params  # noqa: E402
+from simulator.real_figures import FIGURES, SEEDS, all_figures  # noqa: E402
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, tuple):
+        return f"{_fmt(value[0])}–{_fmt(value[1])}"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.3f}"
+    return f"{value:.4f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="runs of the default parameters (gates use the mean)")
+    parser.add_argument("--shared", type=Path, default=None, help="the shared folder (default: CHAMBERLAB_SHARED or ../shared)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = parser.parse_args(argv)
+    protocols = (args.shared or shared_dir()) / "chamber-data" / "protocols"
+    if not protocols.is_dir():
+        parser.error(f"{protocols} not found: the figures are computed by running the recorded protocols")
+
+    runs = [all_figures(None, protocols, seed) for seed in range(args.seeds)]
+    theirs = all_figures(authors_params(), protocols, seed=0)
+    rows = []
+    for name, figure in FIGURES.items():
+        values = np.array([r[name] for r in runs])
+        ours = float(values.mean())
+        rows.append(
+            {
+                "figure": name,
+                "unit": figure.unit,
+                "real": figure.real,
+                "tolerance": figure.tolerance,
+                "ours": ours,
+                "ours_sd": float(values.std(ddof=1)) if len(values) > 1 else None,
+                "ours_ok": figure.accepts(ours),
+                "authors": theirs[name],
+                "authors_ok": figure.accepts(theirs[name]),
+                "before": figure.before,
+                "gated": figure.gated,
+                "source": figure.source,
+                "why": figure.why,
+            }
+        )
+    if args.json:
+        print(json.dumps({"seeds": args.seeds, "figures": rows}, indent=2))
+        return 0 if all(r["ours_ok"] for r in rows if r["gated"]) else 1
+
+    header = f"{'figure':32} {'unit':6} {'real':>15} {'± tol':>8} {'ours (mean ± sd)':>22} {'authors':>11} {'before':>9}"
+    print(f"simulator vs real chamber vs authors' models ({args.seeds} seeds; authors: seed 0)")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        ours = f"{_fmt(r['ours'])} ± {_fmt(r['ours_sd'])}" + (" ✓" if r["ours_ok"] else " ✗")
+        authors = _fmt(r["authors"]) + (" ✓" if r["authors_ok"] else " ✗")
+        mark = "" if r["gated"] else "  (reported, not gated)"
+        print(f"{r['figure']:32} {r['unit']:6} {_fmt(r['real']):>15} {_fmt(r['tolerance']):>8} {ours:>22} {authors:>11} "
+              f"{_fmt(r['before']):>9}{mark}")
+    gated = [r for r in rows if r["gated"]]
+    print(f"\nours within tolerance: {sum(r['ours_ok'] for r in gated)} of {len(gated)} gated figures; "
+          f"authors' models: {sum(r['authors_ok'] for r in gated)} of {len(gated)}")
+    return 0 if all(r["ours_ok"] for r in gated) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
