@@ -144,7 +144,11 @@ class FirmwareParser:
     def idle(self) -> bool:
         return not self.reading
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes, *, first_only: bool = False) -> list[bytes]:
+        """Bytes arriving at line rate (the firmware keeps up with them): every packet they complete.
+
+        `first_only`: bytes that were all waiting in the receive ring at once. receive_packet() drains the ring
+        in one inner loop, and bytes after the END that completes a packet are read and thrown away there."""
         bodies: list[bytes] = []
         i, n = 0, len(data)
         while i < n:
@@ -166,6 +170,8 @@ class FirmwareParser:
                 bodies.append(bytes(self._buf))
                 self.reading = False
                 self._buf.clear()
+                if first_only:
+                    return bodies
                 i = j + 1
             else:  # overrun: the character after a full buffer resets the parser
                 self.reading = False
@@ -330,7 +336,7 @@ class BoardProtocol:
             data = bytes(self._ring)
             self._ring.clear()
             self._ring_since = None
-            self._feed_now(data, now)
+            self._on_bodies(self._splitter.feed(data, first_only=True), now)
 
     def _feed_now(self, data: bytes, now: float) -> None:
         last_end = data.rfind(_END_B)
@@ -353,7 +359,9 @@ class BoardProtocol:
         self._feed_split(data, now)
 
     def _feed_split(self, data: bytes, now: float) -> None:
-        bodies = self._splitter.feed(data)
+        self._on_bodies(self._splitter.feed(data), now)
+
+    def _on_bodies(self, bodies: list[bytes], now: float) -> None:
         i, n = 0, len(bodies)
         while i < n and not self.halted:
             j = i + 1
