@@ -14,6 +14,16 @@ Methods, stated so a reader can check them:
     slow relative drift, so var(Δ(p_i − p_j))/2 = σ_i² + σ_j². The six pairs are solved for the four σ² by
     least squares (the "three-cornered hat"), negatives clipped to 0. The pooled table entry for an oversampling
     is the RMS over units. Oversamplings absent from the recording keep their defaults (listed in the report).
+- Wind tunnel, from the rows with a fan on whose loads and hatch have been unchanged for `SETTLE_S` seconds
+  (time from the timestamps, else from the counter at 7 rows/s), each estimate only when the recording varies
+  what it needs (else the base value is kept and the report says why):
+  * D1: (upwind − downwind) minus the fitted fans-off offset difference = c₀ + c₁·(ω_in/ω_max)², least squares
+    over rows with the intake fan on, ω_in from model A1 of the load (as the authors fitted D1);
+  * intake: (intake − ambient) minus its fans-off offset difference = −κ_in·S_r(ω_in) + κ_out·S_r(ω_out),
+    least squares, S_r from model C3 (base parameters) at each row's hatch;
+  * tachometer and windmilling: rpm_x = t·[A1(L_x) + g·A1(L_other)·(1 − A1(L_x)/ω_max)·h(H)], linear in
+    (t, t·g), over rows with both fans powered;
+  * current unloading: amps_x − B1(L_x) = −γ·windmill_x/ω_max (amps by the chamber authors' conversion).
 - Light tunnel: log(mean code) = condition effect + log g_diode + log g_t, fitted by least squares over groups of
   rows with equal settings, per channel (ir, vis) and pooled over the three sensors; groups with any saturated
   (65535) code or a mean below 20 counts are left out whole. Gains are relative to the lowest step observed, which keeps its default.
@@ -36,6 +46,10 @@ log = logging.getLogger(__name__)
 
 CODE_SATURATED = 65535.0
 CODE_FLOOR = 20.0
+SETTLE_S = 30.0
+"""Seconds a fans-on setting must have held before its rows inform the flow fits: a fan spinning down to idle
+(model A2) is within 10 % of its idle speed after ~30 s."""
+MIN_SETTLED_ROWS = 20
 
 
 class FitError(ValueError):
@@ -136,7 +150,9 @@ def _fit_wind_tunnel(rec: Recording, params: SimParams) -> dict:
         by_unit[b] = {o: (float(np.sqrt(sums[b][o] / weights[b][o])) if weights[b][o] else pooled[o]) for o in OSR_VALUES}
     wt.barometer_noise_pa = pooled
     wt.barometer_noise_by_unit_pa = by_unit
+    flow_report = _fit_wind_tunnel_flow(rec, params)
     return {
+        "flow": flow_report,
         "fans_off_rows": n_off,
         "offsets_pa": wt.barometer_offsets_pa,
         "offsets_reference": "mean of the four barometers (offsets sum to 0)",
@@ -147,6 +163,97 @@ def _fit_wind_tunnel(rec: Recording, params: SimParams) -> dict:
         "osr_kept_default": kept_osr,
         "groups": group_report,
     }
+
+
+def _settled_fans_on(rec: Recording) -> np.ndarray:
+    """Rows with a fan on whose loads and hatch have held for SETTLE_S seconds."""
+    settings = np.column_stack([rec.column(n) for n in ("load_in", "load_out", "hatch")])
+    stamps = rec.timestamps
+    if not np.all(np.isfinite(stamps)):
+        stamps = rec.column("counter") / 7.0
+    changed = np.ones(len(settings), dtype=bool)
+    changed[1:] = np.any(settings[1:] != settings[:-1], axis=1)
+    since = stamps - stamps[np.maximum.accumulate(np.where(changed, np.arange(len(stamps)), 0))]
+    return (since >= SETTLE_S) & ((settings[:, 0] > 0) | (settings[:, 1] > 0))
+
+
+def _lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    return coef
+
+
+def _fit_wind_tunnel_flow(rec: Recording, params: SimParams) -> dict:
+    """The fans-on estimates (module docstring); each is skipped, with the reason, when the rows cannot inform it."""
+    from simulator.wind_tunnel import WindTunnelModel  # the model's own A1, B1, C3 and windmill formulas
+
+    wt = params.wind_tunnel
+    model = WindTunnelModel(params)
+    rows = _settled_fans_on(rec)
+    report: dict = {"settled_rows": int(rows.sum()), "settle_s": SETTLE_S}
+    if rows.sum() < MIN_SETTLED_ROWS:
+        report["skipped"] = f"needs {MIN_SETTLED_ROWS} rows with a fan on, settled {SETTLE_S:.0f} s; has {int(rows.sum())}"
+        return report
+    col = lambda name: rec.column(name)[rows]  # noqa: E731
+    off = wt.barometer_offsets_pa
+    loads = {fan: col(f"load_{fan}") for fan in ("in", "out")}
+    hatch = col("hatch")
+    rpm_a1 = {fan: np.array([model.steady_rpm(x) for x in loads[fan]]) for fan in loads}
+    s_r = {fan: np.array([model.static_pressure(np.array([w]), h)[0] for w, h in zip(rpm_a1[fan], hatch)]) for fan in loads}
+
+    # D1
+    on = rpm_a1["in"] > 0
+    x = (rpm_a1["in"][on] / wt.fan_rpm_max) ** 2
+    if len(np.unique(np.round(x, 9))) >= 2:
+        y = (col("pressure_upwind") - col("pressure_downwind"))[on] - (off["upwind"] - off["downwind"])
+        c0, c1 = _lstsq(np.column_stack([np.ones_like(x), x]), y)
+        wt.upwind_d1_intercept_pa, wt.upwind_d1_coef_pa = float(c0), float(c1)
+        report["d1"] = {"intercept_pa": float(c0), "coef_pa": float(c1), "rows": int(on.sum())}
+    else:
+        report["d1"] = "kept: needs at least two intake-fan loads"
+
+    # intake
+    y = col("pressure_intake") - col("pressure_ambient") - (off["intake"] - off["ambient"])
+    terms = [("intake_suction_fraction", -s_r["in"]), ("intake_exhaust_fraction", s_r["out"])]
+    used = [(name, v) for name, v in terms if np.max(np.abs(v)) > 1e-9]
+    design = np.column_stack([v for _, v in used]) if used else np.zeros((len(y), 0))
+    if used and np.linalg.matrix_rank(design) == len(used):
+        coef = _lstsq(design, y)
+        for (name, _), c in zip(used, coef):
+            setattr(wt, name, float(c))
+        report["intake"] = {name: float(c) for (name, _), c in zip(used, coef)}
+        report["intake_kept"] = [name for name, v in terms if np.max(np.abs(v)) <= 1e-9]
+    else:
+        report["intake"] = "kept: needs intake and exhaust loads that are not proportional"
+
+    # tachometer scale and windmilling, then the current's unloading
+    h = np.array([((1 - model.airflow_ratio(a)) / (1 - wt.airflow_ratio_r0)) ** wt.windmill_hatch_exponent for a in hatch])
+    both = (loads["in"] > 0) & (loads["out"] > 0)
+    ys, xs, assists = [], [], {}
+    for fan, other in (("in", "out"), ("out", "in")):
+        assist = assists[fan] = rpm_a1[other] * (1 - np.clip(rpm_a1[fan] / wt.fan_rpm_max, 0, 1)) * h
+        ys.append(col(f"rpm_{fan}")[both])
+        xs.append(np.column_stack([rpm_a1[fan], assist])[both])
+    design, y = np.vstack(xs), np.concatenate(ys)
+    if len(y) >= MIN_SETTLED_ROWS and np.linalg.matrix_rank(design) == 2:
+        t, tg = _lstsq(design, y)
+        wt.tach_rpm_per_model_rpm, wt.windmill_gain = float(t), float(tg / t)
+        report["rpm"] = {"tach_rpm_per_model_rpm": float(t), "windmill_gain": float(tg / t)}
+        ys, xs = [], []
+        for fan in ("in", "out"):
+            windmill = wt.windmill_gain * assists[fan]
+            vref = np.array([model.vref_calibrated(v) for v in col(f"v_{fan}")])
+            amps = col(f"current_{fan}") / 1023.0 * vref * 2.5 / 5.0
+            b1 = np.array([model.fan_current_a(x) for x in loads[fan]])
+            ys.append((amps - b1)[both])
+            xs.append((-windmill / wt.fan_rpm_max)[both])
+        x = np.concatenate(xs)
+        if np.ptp(x) > 1e-9:
+            gamma = float(_lstsq(x[:, None], np.concatenate(ys))[0])
+            wt.current_windmill_a = gamma
+            report["current_windmill_a"] = gamma
+    else:
+        report["rpm"] = "kept: needs settled rows with both fans powered at varied loads"
+    return report
 
 
 # ------------------------------------------------------------------------------------------------ light tunnel

@@ -142,3 +142,37 @@ def test_cli_sim_fit_writes_a_parameter_file(tmp_path, capsys):
     make_model("wt", params=params)  # loads as-is
     assert bench_cli.main(["sim", "fit", str(tmp_path / "missing.csv"), "--json", "-o", str(out)]) == 2
     assert "not found" in capsys.readouterr().out
+
+
+def test_fit_recovers_the_flow_parameters_of_a_simulated_recording(tmp_path):
+    """D1, the intake's two terms, the tachometer scale, windmilling and the current's unloading, each set away
+    from its default, come back from a fans-off block plus a settled grid of loads (the public layout)."""
+    wt = {"upwind_d1_intercept_pa": -0.8, "upwind_d1_coef_pa": 9.0, "intake_suction_fraction": 0.05,
+          "intake_exhaust_fraction": 0.3, "tach_rpm_per_model_rpm": 0.95, "windmill_gain": 0.3, "current_windmill_a": 0.02}
+    model = make_model("wt", seed=31, params={"wind_tunnel": wt})
+    for name in [f"osr_{b}" for b in BAROS] + ["osr_in", "osr_out"]:
+        model.apply(name, 8)
+    for name in ("v_in", "v_out"):
+        model.apply(name, 1.1)
+    model.apply("load_in", 0.0)
+    model.apply("load_out", 0.0)
+    model.sample(300)
+    blocks = [model.sample(1500)]
+    for load_in in (0.1, 0.5, 1.0):
+        for load_out in (0.01, 0.5, 1.0):
+            model.apply("load_in", load_in)
+            model.apply("load_out", load_out)
+            blocks.append(model.sample(600))  # 86 s: the last 56 s are settled (fit.SETTLE_S = 30 s)
+    rows = np.vstack(blocks)
+    rows[:, 0] = np.arange(len(rows))
+    path = tmp_path / "flow.csv"
+    write_recording(path, model.layout, rows)
+    result = fit_recording(path)
+    fitted = result.params.wind_tunnel
+    assert result.report["flow"]["settled_rows"] > 3000
+    # tolerances ≈ 3 × the seed-to-seed SD of each estimate over seeds 31–33 of this recording: D1's intercept
+    # 0.03 Pa; the intake fractions 0.005 (the intake's 2.2 Pa flow noise); the rest below 1 % of the value
+    tolerances = {"upwind_d1_intercept_pa": 0.1, "intake_suction_fraction": 0.015, "intake_exhaust_fraction": 0.015}
+    for name, value in wt.items():
+        tolerance = tolerances.get(name, 0.03 * abs(value))
+        assert getattr(fitted, name) == pytest.approx(value, abs=tolerance), name
