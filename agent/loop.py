@@ -43,6 +43,7 @@ from agent.prompt import (
     system_prompt,
 )
 from agent.record import (
+    Attempt,
     ModelTurnEvent,
     PhaseChange,
     RecordWriter,
@@ -71,6 +72,8 @@ class Budget:
     max_output_tokens: int = 4096
     retries_per_turn: int = 2
     backoff_s: float = 1.0
+    max_retry_wait_s: float = 60.0  # the longest single wait before a retry (Retry-After or backoff)
+    max_pause_turns: int = 5  # consecutive pause_turn continuations before the run ends as engine_error
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,16 @@ _STOP_OUTCOMES = {
 _ERROR_OUTCOMES = {"timeout": "timeout", "context_exceeded": "context_exceeded"}
 
 
+def _token_usage(u: Any) -> TokenUsage:
+    """The client's Usage → the record's TokenUsage, unknown counts staying unknown."""
+    if u is None:
+        return TokenUsage()
+    return TokenUsage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                      cache_read_input_tokens=u.cache_read_input_tokens,
+                      cache_creation_input_tokens=u.cache_creation_input_tokens,
+                      reasoning_output_tokens=u.reasoning_output_tokens)
+
+
 class _Cell:
     """The state of one run; `run_cell` is the public entry point."""
 
@@ -206,7 +219,9 @@ class _Cell:
         self.phase_two = "not_reached"
         self.turns = 0
         self.tool_time_s = 0.0
-        self.usage = TokenUsage()
+        self.usage = TokenUsage.zero()
+        self._known_input_tokens = 0  # what the budget can count even when some turn's usage is unknown
+        self._known_output_tokens = 0
         self.started = clock()
 
     # -- budgets
@@ -214,15 +229,11 @@ class _Cell:
         return None if self.budget.wall_s is None else self.budget.wall_s - (self.clock() - self.started)
 
     def _add_usage(self, turn: ModelTurn) -> None:
-        u, t = self.usage, turn.usage
-        self.usage = TokenUsage(
-            input_tokens=u.input_tokens + t.input_tokens,
-            output_tokens=u.output_tokens + t.output_tokens,
-            cache_read_input_tokens=u.cache_read_input_tokens + t.cache_read_input_tokens,
-            cache_creation_input_tokens=u.cache_creation_input_tokens + t.cache_creation_input_tokens,
-            reasoning_output_tokens=(None if t.reasoning_output_tokens is None and u.reasoning_output_tokens is None
-                                     else (u.reasoning_output_tokens or 0) + (t.reasoning_output_tokens or 0)),
-        )
+        self.usage = self.usage.plus(_token_usage(turn.usage))
+        for name in ("input_tokens", "output_tokens"):
+            value = getattr(turn.usage, name)
+            if value is not None:
+                setattr(self, f"_known_{name}", getattr(self, f"_known_{name}") + value)
 
     # -- the run
     def run(self) -> None:
@@ -245,19 +256,21 @@ class _Cell:
         if error is not None:
             raise error
         messages = [Message("user", [TextBlock(user)])]
+        pauses = 0  # consecutive pause_turn continuations
         while True:
             if self.turns >= self.budget.max_turns:
                 raise _RunEnded("max_turns", f"{self.turns} turns used, the budget is {self.budget.max_turns}")
             remaining = self.remaining_s()
             if remaining is not None and remaining <= 0:
                 raise _RunEnded("timeout", f"wall-time budget of {self.budget.wall_s} s used up")
-            if self.budget.max_total_tokens is not None and self.usage.input_tokens + self.usage.output_tokens >= self.budget.max_total_tokens:
+            if self.budget.max_total_tokens is not None and self._known_input_tokens + self._known_output_tokens >= self.budget.max_total_tokens:
                 raise _RunEnded("max_tokens", f"token budget of {self.budget.max_total_tokens} used up")
             self.turns += 1
             turn = self._model_turn(system, messages)
             messages.append(turn.message)
             calls = turn.message.tool_calls
-            if calls:
+            if calls and turn.stop_reason != "max_tokens":
+                pauses = 0
                 results = [self._tool_call(call) for call in calls]
                 messages.append(Message("user", results))
                 if self.chamber_outcome is not None:
@@ -267,8 +280,19 @@ class _Cell:
                     raise _RunEnded("submitted", "extraction submitted; phase two skipped (no chamber)")
                 continue
             stop = turn.stop_reason
+            if calls and stop == "max_tokens":
+                raise _RunEnded("max_tokens", f"stop reason {turn.raw_stop_reason!r}: the tool call was cut off "
+                                              f"at the output limit and is not run (phase {self.phase})")
             if stop == "pause_turn":
-                continue  # the assistant content is already appended: resending it lets the model continue
+                # A server tool (web search, code execution) paused the turn; the assistant content is already
+                # appended, and resending it lets the provider continue. Bounded: a provider that keeps
+                # pausing is an engine fault, not max_turns of a model that never answered.
+                pauses += 1
+                if pauses > self.budget.max_pause_turns:
+                    raise _RunEnded("engine_error", f"{pauses - 1} consecutive pause_turn continuations and "
+                                                    f"the provider paused again (limit {self.budget.max_pause_turns})")
+                continue
+            pauses = 0
             if stop == "tool_use":
                 raise _RunEnded("engine_error", "stop reason tool_use without any tool call in the content")
             outcome = _STOP_OUTCOMES.get(stop)
@@ -277,9 +301,12 @@ class _Cell:
             raise _RunEnded(outcome, f"stop reason {turn.raw_stop_reason!r} in phase {self.phase}")
 
     def _model_turn(self, system: str, messages: list[Message]) -> ModelTurn:
+        """One model turn with bounded retries. Every attempt is recorded (request id, status, latency, error,
+        the wait before the next); a server's Retry-After is honoured up to `budget.max_retry_wait_s`, beyond
+        which the turn gives up instead of hammering a server that asked for patience."""
         errors: list[str] = []
+        attempts: list[Attempt] = []
         attempt = 0
-        status = request_id = None
         while True:
             remaining = self.remaining_s()
             request = ModelRequest(system=system, messages=list(messages), tools=list(self.offered),
@@ -290,51 +317,73 @@ class _Cell:
                 turn = self.model.complete(request)
             except ModelError as e:
                 latency = self.clock() - t0
-                status, request_id = e.http_status, e.request_id
-                errors.append(f"{e.kind}{' HTTP ' + str(e.http_status) if e.http_status else ''}: {e}"[:500])
+                line = f"{e.kind}{' HTTP ' + str(e.http_status) if e.http_status else ''}: {e}"[:500]
+                errors.append(line)
+                record = Attempt(request_id=e.request_id, http_status=e.http_status, latency_ms=latency * 1000.0,
+                                 error=line)
+                attempts.append(record)
                 remaining = self.remaining_s()
-                if e.retryable and attempt < self.budget.retries_per_turn and (remaining is None or remaining > 0):
+                wait, reason, refusal = self._retry_wait(e, attempt, remaining)
+                if refusal is None:
+                    record.waited_s, record.wait_reason = wait, reason
                     attempt += 1
-                    if self.sleep is not None:
-                        delay = self.budget.backoff_s * 2 ** (attempt - 1)
-                        self.sleep(min(delay, remaining) if remaining is not None else delay)
+                    if self.sleep is not None and wait > 0:
+                        self.sleep(wait)
                     continue
-                self._record_turn(None, latency, attempt, errors, status, request_id)
+                if refusal:
+                    errors.append(refusal)
+                self._record_turn(None, attempts, errors)
                 outcome = _ERROR_OUTCOMES.get(e.kind, "engine_error")
-                if outcome == "engine_error" and e.kind == "timeout":
-                    outcome = "timeout"
-                raise _RunEnded(outcome, errors[-1]) from e
+                raise _RunEnded(outcome, refusal or errors[-1]) from e
             except Exception as e:  # a client bug or a refused request shape: recorded, never a pass
                 latency = self.clock() - t0
                 errors.append(f"{type(e).__name__}: {e}"[:500])
-                self._record_turn(None, latency, attempt, errors, None, None)
+                attempts.append(Attempt(latency_ms=latency * 1000.0, error=errors[-1]))
+                self._record_turn(None, attempts, errors)
                 raise _RunEnded("engine_error", errors[-1]) from e
-            self._record_turn(turn, self.clock() - t0, attempt, errors, turn.http_status, turn.request_id)
+            attempts.append(Attempt(request_id=turn.request_id, http_status=turn.http_status,
+                                    latency_ms=(self.clock() - t0) * 1000.0))
+            self._record_turn(turn, attempts, errors)
             self._add_usage(turn)
             return turn
 
-    def _record_turn(self, turn: ModelTurn | None, latency_s: float, attempt: int, errors: list[str],
-                     status: int | None, request_id: str | None) -> None:
+    def _retry_wait(self, e: ModelError, attempt: int, remaining: float | None) -> tuple[float, str, str | None]:
+        """(seconds to wait, why, None) to retry, or (0, "", reason text or "") to give up."""
+        if not e.retryable or attempt >= self.budget.retries_per_turn:
+            return 0.0, "", ""
+        if remaining is not None and remaining <= 0:
+            return 0.0, "", ""
+        if e.retry_after_s is not None:
+            wait, reason = e.retry_after_s, "retry-after"
+            if wait > self.budget.max_retry_wait_s:
+                return 0.0, "", (f"the server asked to wait {wait:g} s (Retry-After), more than the "
+                                 f"{self.budget.max_retry_wait_s:g} s this cell may wait; not retried")
+        else:
+            wait, reason = min(self.budget.backoff_s * 2 ** attempt, self.budget.max_retry_wait_s), "backoff"
+        if remaining is not None and wait >= remaining:
+            return 0.0, "", (f"waiting {wait:g} s before a retry would exceed the {remaining:g} s of wall time "
+                             f"left; not retried")
+        return wait, reason, None
+
+    def _record_turn(self, turn: ModelTurn | None, attempts: list[Attempt], errors: list[str]) -> None:
         fields: dict[str, Any] = {}
         if turn is not None:
             u = turn.usage
             fields = dict(
                 stop_reason=turn.stop_reason, raw_stop_reason=turn.raw_stop_reason,
-                usage=TokenUsage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                                 cache_read_input_tokens=u.cache_read_input_tokens,
-                                 cache_creation_input_tokens=u.cache_creation_input_tokens,
-                                 reasoning_output_tokens=u.reasoning_output_tokens),
+                upstream_stop_reason=turn.upstream_stop_reason, usage=_token_usage(u), response_id=turn.response_id,
                 response_model=turn.response_model, text=turn.message.text,
                 reasoning="\n".join(b.text for b in turn.message.blocks if isinstance(b, ReasoningBlock)),
                 tool_calls=[{"id": c.id, "name": c.name} for c in turn.message.tool_calls],
             )
         else:
             fields = dict(stop_reason=None)
+        last = attempts[-1] if attempts else Attempt(latency_ms=0.0)
         self.writer.write(
             ModelTurnEvent, turn=self.turns, phase=self.phase, offered_tools=[s.name for s in self.offered],
-            tool_choice="auto", latency_ms=latency_s * 1000.0,
-            retries=attempt + (turn.retries if turn is not None else 0), http_status=status, request_id=request_id,
-            errors=errors, **fields,
+            tool_choice="auto", latency_ms=sum(a.latency_ms for a in attempts),
+            retries=(len(attempts) - 1) + (turn.retries if turn is not None else 0), http_status=last.http_status,
+            request_id=last.request_id, attempts=attempts, errors=errors, **fields,
         )
 
     # -- tools

@@ -63,7 +63,8 @@ def record_to_otlp(events: list[Any], *, include_content: bool = True) -> dict[s
                 "gen_ai.provider.name": start.provider,
                 "gen_ai.request.model": start.model,
                 "gen_ai.response.model": e.response_model,
-                "gen_ai.response.id": e.request_id,
+                "gen_ai.response.id": e.response_id,  # the provider's response id, not the HTTP request id
+                "chamberlab.request_ids": [a.request_id for a in e.attempts if a.request_id] or None,
                 "gen_ai.response.finish_reasons": [e.raw_stop_reason or e.stop_reason or "error"],
                 "gen_ai.usage.input_tokens": u.input_tokens if u else None,
                 "gen_ai.usage.output_tokens": u.output_tokens if u else None,
@@ -74,7 +75,9 @@ def record_to_otlp(events: list[Any], *, include_content: bool = True) -> dict[s
                 "llm.provider": start.provider,
                 "llm.token_count.prompt": u.input_tokens if u else None,
                 "llm.token_count.completion": u.output_tokens if u else None,
-                "llm.token_count.total": (u.input_tokens + u.output_tokens) if u else None,
+                "llm.token_count.total": (u.input_tokens + u.output_tokens)
+                if u and u.input_tokens is not None and u.output_tokens is not None else None,
+                "gen_ai.usage.cache_creation.input_tokens": u.cache_creation_input_tokens if u else None,
                 "session.id": run_id,
                 "chamberlab.phase": e.phase,
                 "chamberlab.offered_tools": list(e.offered_tools),

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: usage counts may be null (not reported), response ids, per-attempt facts
 OUTPUT_KEPT_BYTES = 4096  # output text kept inline in the record; the whole output is always in the blob
 
 Phase = Literal["extraction", "chamber"]
@@ -58,13 +58,44 @@ class RunStart(_Event):
 
 
 class TokenUsage(BaseModel):
+    """Token counts as the provider reported them; null = not reported (unknown), never a fabricated 0."""
+
     model_config = ConfigDict(extra="forbid")
 
-    input_tokens: int = 0  # includes cache reads and writes (OpenTelemetry convention)
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    reasoning_output_tokens: int | None = None
+    input_tokens: int | None = None  # includes cache reads and writes (OpenTelemetry convention)
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None  # part of output_tokens
+
+    @classmethod
+    def zero(cls) -> TokenUsage:
+        """The usage of a run that made no model call: known to be nothing."""
+        return cls(input_tokens=0, output_tokens=0, cache_read_input_tokens=0, cache_creation_input_tokens=0,
+                   reasoning_output_tokens=0)
+
+    def plus(self, other: TokenUsage | None) -> TokenUsage:
+        """Field-wise sum; a count unknown in either is unknown in the sum (a partial sum would understate)."""
+        if other is None:
+            return TokenUsage()
+
+        def add(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a + b
+
+        return TokenUsage(**{k: add(getattr(self, k), getattr(other, k)) for k in type(self).model_fields})
+
+
+class Attempt(BaseModel):
+    """One HTTP attempt of a model turn: a retried turn keeps every attempt's request id, not just the last."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str | None = None
+    http_status: int | None = None
+    latency_ms: float = Field(ge=0)
+    error: str | None = None  # None for the attempt that produced the turn
+    waited_s: float | None = None  # the wait before the next attempt, and why: see wait_reason
+    wait_reason: Literal["retry-after", "backoff"] | None = None
 
 
 class ModelTurnEvent(_Event):
@@ -74,12 +105,15 @@ class ModelTurnEvent(_Event):
     offered_tools: list[str]
     tool_choice: Any
     stop_reason: str | None  # normalised; None when no attempt produced a turn
-    raw_stop_reason: str | None = None
+    raw_stop_reason: str | None = None  # exactly as the wire said (finish_reason, stop_reason, status/reason)
+    upstream_stop_reason: str | None = None  # what a gateway (LiteLLM) passed through from the upstream provider
     usage: TokenUsage | None = None
     latency_ms: float
     retries: int = 0  # loop retries + transport retries
     http_status: int | None = None
-    request_id: str | None = None
+    request_id: str | None = None  # of the last attempt; every attempt's is in `attempts`
+    response_id: str | None = None  # the provider's id of the response (msg_…, resp_…, chatcmpl-…)
+    attempts: list[Attempt] = []
     response_model: str | None = None
     text: str = ""
     reasoning: str = ""

@@ -130,7 +130,8 @@ def reply(request: dict[str, Any], content: list[dict[str, Any]], stop_reason: s
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": _estimate_tokens(request), "output_tokens": _estimate_tokens(content)},
+        "usage": {"input_tokens": _estimate_tokens(request), "output_tokens": _estimate_tokens(content),
+                  "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},  # as the Messages API reports
     }
 
 
@@ -348,7 +349,9 @@ class ScriptedClient:
             kind = "context_exceeded" if "prompt is too long" in e.message else "http"
             raise ModelError(kind, e.message, http_status=e.status) from e
         message, stop, raw_stop, usage, response_model = from_anthropic_response(data)
-        return ModelTurn(message, stop, raw_stop, usage, http_status=200, request_id=data.get("id"),
+        # In process: no HTTP request, so no request id; the response id is the scripted message's own.
+        return ModelTurn(message, stop, raw_stop, usage, http_status=200, request_id=None,
+                         response_id=data.get("id"),
                          response_model=response_model)
 
 

@@ -7,6 +7,8 @@ The SDK's own retries are switched off (max_retries=0) so that every retry is th
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -25,6 +27,8 @@ from agent.models.base import (
     ToolResultBlock,
     ToolSpec,
     Usage,
+    reported_int,
+    retry_after_seconds,
 )
 
 PROVIDER = "anthropic"
@@ -116,18 +120,26 @@ def from_anthropic_response(data: dict[str, Any]) -> tuple[Message, StopReason, 
             blocks.append(ReasoningBlock("[redacted thinking]"))
     raw_stop = data.get("stop_reason")
     stop = _STOP_REASONS.get(raw_stop or "", "other")
-    u = data.get("usage") or {}
-    cache_read = int(u.get("cache_read_input_tokens") or 0)
-    cache_write = int(u.get("cache_creation_input_tokens") or 0)
-    usage = Usage(
-        input_tokens=int(u.get("input_tokens") or 0) + cache_read + cache_write,  # OTel convention: includes cache
-        output_tokens=int(u.get("output_tokens") or 0),
-        cache_read_input_tokens=cache_read,
-        cache_creation_input_tokens=cache_write,
-        reasoning_output_tokens=None,  # Anthropic folds thinking into output_tokens and does not split it out
-    )
+    usage = anthropic_usage(data.get("usage"))
     message = Message("assistant", blocks, raw=raw_content, raw_provider=PROVIDER)
     return message, stop, raw_stop, usage, data.get("model")
+
+
+def anthropic_usage(u: Any) -> Usage:
+    """Messages `usage` → Usage. Anthropic's input_tokens EXCLUDES cache reads and writes; the record's includes
+    them, so they are added — but only when reported: an unreported cache count makes the total unknown too,
+    because the fresh-input part alone would understate it. Thinking tokens are
+    `output_tokens_details.thinking_tokens` (already inside output_tokens)."""
+    if not isinstance(u, dict):
+        return Usage()
+    fresh = reported_int(u.get("input_tokens"))
+    read = reported_int(u.get("cache_read_input_tokens"))
+    write = reported_int(u.get("cache_creation_input_tokens"))
+    details = u.get("output_tokens_details")
+    thinking = reported_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
+    total = None if fresh is None or read is None or write is None else fresh + read + write
+    return Usage(input_tokens=total, output_tokens=reported_int(u.get("output_tokens")),
+                 cache_read_input_tokens=read, cache_creation_input_tokens=write, reasoning_output_tokens=thinking)
 
 
 def _is_context_overflow(status: int | None, message: str) -> bool:
@@ -151,7 +163,9 @@ class AnthropicClient:
         base_url: str,
         thinking: dict[str, Any] | None = None,
         default_timeout_s: float = 600.0,
+        now: Callable[[], float] = time.time,
     ) -> None:
+        self.now = now  # resolves an HTTP-date Retry-After
         self.model = model
         self.base_url = base_url
         self.thinking = thinking
@@ -177,10 +191,14 @@ class AnthropicClient:
         except anthropic.APIStatusError as e:
             msg = str(e)
             kind = "context_exceeded" if _is_context_overflow(e.status_code, msg) else "http"
-            raise ModelError(kind, msg, http_status=e.status_code, request_id=e.request_id) from e
+            raise ModelError(kind, msg, http_status=e.status_code, request_id=e.request_id,
+                             retry_after_s=retry_after_seconds(e.response.headers, self.now())) from e
         parsed = raw.parse()
         data = parsed.model_dump(mode="json", exclude_none=True)
         message, stop, raw_stop, usage, response_model = from_anthropic_response(data)
+        wire = raw.http_response.json()
+        if not isinstance(wire, dict) or not isinstance(wire.get("usage"), dict):
+            usage = Usage()  # whatever the SDK filled in, the wire reported no usage: unknown
         return ModelTurn(
             message=message,
             stop_reason=stop,
@@ -190,4 +208,5 @@ class AnthropicClient:
             request_id=raw.request_id,
             retries=raw.retries_taken,
             response_model=response_model,
+            response_id=data.get("id"),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol
 
 # Normalised stop reasons. Anything else a provider returns is kept verbatim in ModelTurn.raw_stop_reason and
@@ -121,17 +122,33 @@ class ModelRequest:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts normalised the OpenTelemetry way: `input_tokens` INCLUDES cache reads and writes."""
+    """Token counts normalised the OpenTelemetry way: `input_tokens` INCLUDES cache reads and writes.
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
+    None means the provider did not report that count. It is never replaced by 0: a record that says 0 claims
+    the model consumed nothing, which a researcher would then sum and price."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
     reasoning_output_tokens: int | None = None
 
     @property
-    def total_tokens(self) -> int:
+    def total_tokens(self) -> int | None:
+        if self.input_tokens is None or self.output_tokens is None:
+            return None
         return self.input_tokens + self.output_tokens
+
+
+def reported_int(value: Any) -> int | None:
+    """A provider's token count as an int, or None when it is absent or not a number (never a made-up 0)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 @dataclass
@@ -146,6 +163,8 @@ class ModelTurn:
     request_id: str | None = None
     retries: int = 0  # retries the transport made on its own (the loop's retries are counted separately)
     response_model: str | None = None
+    response_id: str | None = None  # the provider's own id of this response: msg_…, resp_…, chatcmpl-…
+    upstream_stop_reason: str | None = None  # a gateway's pass-through of the upstream provider's stop reason
 
 
 class ModelError(Exception):
@@ -158,19 +177,53 @@ class ModelError(Exception):
         *,
         http_status: int | None = None,
         request_id: str | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.http_status = http_status
         self.request_id = request_id
+        self.retry_after_s = retry_after_s  # what the server asked us to wait (Retry-After), if it said
 
     @property
     def retryable(self) -> bool:
         if self.kind in ("timeout", "connection"):
             return True
         return self.kind == "http" and self.http_status is not None and (
-            self.http_status in (408, 409, 429) or self.http_status >= 500
+            self.http_status in (408, 409, 429) or self.http_status >= 500  # 529: Anthropic "overloaded"
         )
+
+
+def retry_after_seconds(headers: Any, now: float | None = None) -> float | None:
+    """Seconds a server asked us to wait, from `retry-after-ms` or `retry-after` (seconds or an HTTP date);
+    None when it said nothing usable. `now` (epoch seconds) resolves an HTTP date; without it the wait is
+    unknown rather than guessed from a clock this module does not own."""
+    if headers is None:
+        return None
+    get = headers.get
+    ms = get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+    text = get("retry-after")
+    if text is None:
+        return None
+    try:
+        value = float(text)
+        return value if value >= 0 else None
+    except ValueError:
+        pass
+    if now is None:
+        return None
+    try:
+        when = parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(when - now, 0.0)
 
 
 class MissingApiKey(RuntimeError):
@@ -191,10 +244,15 @@ class ModelClient(Protocol):
     def complete(self, request: ModelRequest) -> ModelTurn: ...
 
 
-def parse_arguments(text: str | None) -> dict[str, Any]:
-    """Tool-call arguments arrive as a JSON string from OpenAI-style APIs; keep unparsable text visible."""
-    if not text:
+def parse_arguments(text: Any) -> dict[str, Any]:
+    """Tool-call arguments arrive as a JSON string from OpenAI-style APIs (some gateways send the object itself);
+    keep unparsable text visible."""
+    if isinstance(text, dict):
+        return text
+    if text is None or text == "":
         return {}
+    if not isinstance(text, str):
+        return {"_raw": json.dumps(text, default=str)}
     try:
         value = json.loads(text)
     except json.JSONDecodeError:

@@ -10,6 +10,8 @@ always arrives through a submit tool call.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -28,12 +30,16 @@ from agent.models.base import (
     ToolResultBlock,
     Usage,
     parse_arguments,
+    reported_int,
+    retry_after_seconds,
 )
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window", "too many tokens")
 
 
-def _post(http: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float | None):
+def _post(http: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float | None,
+          now: Callable[[], float] = time.time):
+    """POST one request; HTTP errors become ModelError with the request id and the server's Retry-After."""
     try:
         resp = http.post(url, json=body, headers=headers, timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT)
     except httpx.TimeoutException as e:
@@ -45,13 +51,16 @@ def _post(http: httpx.Client, url: str, body: dict[str, Any], headers: dict[str,
         text = resp.text[:2000]
         kind = "context_exceeded" if any(m in text.lower() for m in _CONTEXT_MARKERS) else "http"
         raise ModelError(kind, f"POST {url} → HTTP {resp.status_code}: {text}", http_status=resp.status_code,
-                         request_id=request_id)
+                         request_id=request_id, retry_after_s=retry_after_seconds(resp.headers, now()))
     try:
         data = resp.json()
     except ValueError as e:
         raise ModelError("protocol", f"POST {url}: expected a JSON body, got {resp.text[:200]!r}",
                          http_status=resp.status_code, request_id=request_id) from e
-    return data, resp.status_code, request_id
+    if not isinstance(data, dict):
+        raise ModelError("protocol", f"POST {url}: expected a JSON object, got {str(data)[:200]!r}",
+                         http_status=resp.status_code, request_id=request_id)
+    return data, resp.status_code, request_id, resp.headers
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -106,25 +115,37 @@ def from_responses_output(data: dict[str, Any]) -> tuple[Message, StopReason, st
     status = data.get("status")
     reason = (data.get("incomplete_details") or {}).get("reason")
     stop: StopReason
-    if any(isinstance(b, ToolCallBlock) for b in blocks):
-        stop = "tool_use"
-    elif refused or reason == "content_filter":
-        stop = "refusal"
-    elif status == "incomplete" and reason == "max_output_tokens":
+    # An incomplete response wins over any function call in it: a call cut off at max_output_tokens has
+    # truncated arguments and must not run as if the model had finished asking for it.
+    if status == "incomplete" and reason == "max_output_tokens":
         stop = "max_tokens"
+    elif status == "incomplete" and reason == "content_filter":
+        stop = "refusal"
+    elif status == "incomplete":
+        stop = "other"
+    elif any(isinstance(b, ToolCallBlock) for b in blocks):
+        stop = "tool_use"
+    elif refused:
+        stop = "refusal"
     elif status == "completed":
         stop = "end_turn"
     else:
         stop = "other"
-    u = data.get("usage") or {}
-    usage = Usage(
-        input_tokens=int(u.get("input_tokens") or 0),  # already includes cached tokens
-        output_tokens=int(u.get("output_tokens") or 0),
-        cache_read_input_tokens=int((u.get("input_tokens_details") or {}).get("cached_tokens") or 0),
-        reasoning_output_tokens=(u.get("output_tokens_details") or {}).get("reasoning_tokens"),
-    )
-    raw_stop = reason or status
-    return Message("assistant", blocks, raw=output, raw_provider=OpenAIResponsesClient.provider), stop, raw_stop, usage
+    raw_stop = f"{status}/{reason}" if status == "incomplete" and reason else status
+    return Message("assistant", blocks, raw=output, raw_provider=OpenAIResponsesClient.provider), stop, raw_stop, \
+        responses_usage(data.get("usage"))
+
+
+def responses_usage(u: Any) -> Usage:
+    """Responses `usage` → Usage (input_tokens already includes cached tokens); unreported counts stay None."""
+    if not isinstance(u, dict):
+        return Usage()
+    inp = u.get("input_tokens_details") if isinstance(u.get("input_tokens_details"), dict) else {}
+    out = u.get("output_tokens_details") if isinstance(u.get("output_tokens_details"), dict) else {}
+    return Usage(input_tokens=reported_int(u.get("input_tokens")), output_tokens=reported_int(u.get("output_tokens")),
+                 cache_read_input_tokens=reported_int(inp.get("cached_tokens")),
+                 cache_creation_input_tokens=reported_int(inp.get("cache_write_tokens")),
+                 reasoning_output_tokens=reported_int(out.get("reasoning_tokens")))
 
 
 class OpenAIResponsesClient:
@@ -135,7 +156,8 @@ class OpenAIResponsesClient:
     transport = "openai-responses"
 
     def __init__(self, model: str, *, api_key: str, base_url: str, http: httpx.Client,
-                 reasoning: dict[str, Any] | None = None) -> None:
+                 reasoning: dict[str, Any] | None = None, now: Callable[[], float] = time.time) -> None:
+        self.now = now  # resolves an HTTP-date Retry-After
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.reasoning = reasoning
@@ -162,11 +184,11 @@ class OpenAIResponsesClient:
         return body
 
     def complete(self, request: ModelRequest) -> ModelTurn:
-        data, status, request_id = _post(self._http, f"{self.base_url}/responses", self.build_body(request),
-                                         _headers(self._key), request.timeout_s)
+        data, status, request_id, _ = _post(self._http, f"{self.base_url}/responses", self.build_body(request),
+                                            _headers(self._key), request.timeout_s, self.now)
         message, stop, raw_stop, usage = from_responses_output(data)
         return ModelTurn(message, stop, raw_stop, usage, http_status=status, request_id=request_id,
-                         response_model=data.get("model"))
+                         response_model=data.get("model"), response_id=data.get("id"))
 
 
 # --------------------------------------------------------------------------------------------- chat completions
@@ -198,37 +220,141 @@ def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any
     return out
 
 
-def from_chat_response(data: dict[str, Any]) -> tuple[Message, StopReason, str | None, Usage]:
+def _content_text(content: Any) -> str:
+    """Chat `content` as text: a string, or a list of parts (LiteLLM and some servers send [{type: text, ...}])."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content
+                       if isinstance(p, dict) and p.get("type") in ("text", "output_text"))
+    return str(content)
+
+
+def _upstream_stop(choice: dict[str, Any], msg: dict[str, Any]) -> str | None:
+    """The upstream provider's own stop reason when a gateway passes it through (LiteLLM's
+    `provider_specific_fields`), so that a reason the gateway flattened to `stop` is not lost."""
+    for holder in (choice, msg):
+        fields = holder.get("provider_specific_fields")
+        if isinstance(fields, dict):
+            for key in ("stop_reason", "finish_reason"):
+                value = fields.get(key)
+                if isinstance(value, str) and value:
+                    return value
+    return None
+
+
+_UPSTREAM: dict[str, StopReason] = {
+    "model_context_window_exceeded": "context_exceeded", "pause_turn": "pause_turn", "refusal": "refusal",
+    "max_tokens": "max_tokens", "end_turn": "end_turn", "tool_use": "tool_use", "stop_sequence": "stop_sequence",
+}
+
+
+def chat_stop_reason(finish: str | None, choice: dict[str, Any], msg: dict[str, Any], has_calls: bool,
+                     has_text: bool, usage: Usage, gateway: str | None) -> tuple[StopReason, str | None]:
+    """finish_reason (and what a gateway says about the upstream) → (normalised stop reason, upstream reason).
+
+    LiteLLM flattens Anthropic's model_context_window_exceeded (and pause_turn) to `stop`; with the upstream
+    reason passed through it is mapped from that. Without it, an LiteLLM `stop` that produced nothing at all
+    (no text, no tool call, no output tokens) is not a model deciding to end its turn: it is "other", which the
+    loop records as an engine error rather than scoring it end_turn_without_submit. vLLM's `abort` is "other".
+    """
+    upstream = _upstream_stop(choice, msg)
+    if upstream is not None and upstream in _UPSTREAM:
+        mapped = _UPSTREAM[upstream]
+        if mapped in ("end_turn", "stop_sequence") and has_calls:
+            mapped = "tool_use"
+        return mapped, upstream
+    stop = _FINISH.get(finish or "", "other")
+    if msg.get("refusal"):
+        return "refusal", upstream
+    if finish == "length":
+        return "max_tokens", upstream  # a tool call in a truncated turn has truncated arguments
+    if stop != "tool_use" and has_calls:
+        return "tool_use", upstream
+    if (gateway == "litellm" and finish == "stop" and not has_calls and not has_text
+            and usage.output_tokens in (0, None)):
+        return "other", upstream
+    return stop, upstream
+
+
+def _tool_call_block(call: Any) -> ToolCallBlock:
+    """One chat `tool_calls` entry → ToolCallBlock. A call without an id cannot be answered (the result must
+    name it), so it is refused as a protocol error instead of being accepted as ""."""
+    if not isinstance(call, dict):
+        raise ModelError("protocol", f"tool call is not an object: {str(call)[:200]!r}")
+    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ModelError("protocol", f"tool call {fn.get('name')!r} has no id: {str(call)[:200]!r}")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise ModelError("protocol", f"tool call {call_id} has no function name: {str(call)[:200]!r}")
+    return ToolCallBlock(call_id, name, parse_arguments(fn.get("arguments")))
+
+
+def chat_usage(u: Any) -> Usage:
+    """Chat `usage` → Usage. prompt_tokens includes cached tokens (OpenAI convention; LiteLLM follows it);
+    cache writes come as prompt_tokens_details.cache_write_tokens or LiteLLM's cache_creation_input_tokens."""
+    if not isinstance(u, dict):
+        return Usage()
+    pd = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
+    cd = u.get("completion_tokens_details") if isinstance(u.get("completion_tokens_details"), dict) else {}
+    read = reported_int(pd.get("cached_tokens"))
+    if read is None:
+        read = reported_int(u.get("cache_read_input_tokens"))
+    write = reported_int(pd.get("cache_write_tokens"))
+    if write is None:
+        write = reported_int(u.get("cache_creation_input_tokens"))
+    return Usage(input_tokens=reported_int(u.get("prompt_tokens")),
+                 output_tokens=reported_int(u.get("completion_tokens")),
+                 cache_read_input_tokens=read, cache_creation_input_tokens=write,
+                 reasoning_output_tokens=reported_int(cd.get("reasoning_tokens")))
+
+
+def detect_gateway(headers: Any) -> str | None:
+    """Which OpenAI-compatible server answered, from its response headers: "litellm" or None (unknown)."""
+    if headers is None:
+        return None
+    if any(str(k).lower().startswith("x-litellm-") for k in headers.keys()):
+        return "litellm"
+    return None
+
+
+def from_chat_response(data: dict[str, Any], gateway: str | None = None
+                       ) -> tuple[Message, StopReason, str | None, Usage]:
+    message, stop, raw_stop, usage, _ = parse_chat_response(data, gateway)
+    return message, stop, raw_stop, usage
+
+
+def parse_chat_response(data: dict[str, Any], gateway: str | None = None
+                        ) -> tuple[Message, StopReason, str | None, Usage, str | None]:
+    """A chat completion → (message, stop reason, raw finish_reason, usage, upstream stop reason)."""
     choices = data.get("choices") or []
-    if not choices:
+    if not choices or not isinstance(choices[0], dict):
         raise ModelError("protocol", f"chat completion without choices: {str(data)[:200]}")
     choice = choices[0]
-    msg = choice.get("message") or {}
+    msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     blocks: list[Any] = []
     reasoning = msg.get("reasoning_content") or msg.get("reasoning")
     if reasoning:
         blocks.append(ReasoningBlock(str(reasoning)))
-    if msg.get("content"):
-        blocks.append(TextBlock(msg["content"]))
+    text = _content_text(msg.get("content"))
+    if text:
+        blocks.append(TextBlock(text))
     if msg.get("refusal"):
-        blocks.append(TextBlock(msg["refusal"]))
-    for call in msg.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        blocks.append(ToolCallBlock(call.get("id") or "", fn.get("name", ""), parse_arguments(fn.get("arguments"))))
+        blocks.append(TextBlock(str(msg["refusal"])))
+    calls = msg.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ModelError("protocol", f"tool_calls is not a list: {str(calls)[:200]!r}")
+    for call in calls:
+        blocks.append(_tool_call_block(call))
+    usage = chat_usage(data.get("usage"))
     raw_stop = choice.get("finish_reason")
-    stop = _FINISH.get(raw_stop or "", "other")
-    if msg.get("refusal"):
-        stop = "refusal"
-    elif stop != "tool_use" and any(isinstance(b, ToolCallBlock) for b in blocks):
-        stop = "tool_use"
-    u = data.get("usage") or {}
-    usage = Usage(
-        input_tokens=int(u.get("prompt_tokens") or 0),
-        output_tokens=int(u.get("completion_tokens") or 0),
-        cache_read_input_tokens=int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
-        reasoning_output_tokens=(u.get("completion_tokens_details") or {}).get("reasoning_tokens"),
-    )
-    return Message("assistant", blocks, raw=[msg], raw_provider=OpenAIChatClient.provider), stop, raw_stop, usage
+    stop, upstream = chat_stop_reason(raw_stop, choice, msg, bool(calls), bool(text), usage, gateway)
+    message = Message("assistant", blocks, raw=[msg], raw_provider=OpenAIChatClient.provider)
+    return message, stop, raw_stop, usage, upstream
 
 
 class OpenAIChatClient:
@@ -240,7 +366,8 @@ class OpenAIChatClient:
     transport = "chat-completions"
 
     def __init__(self, model: str, *, base_url: str, http: httpx.Client, api_key: str | None = None,
-                 extra_body: dict[str, Any] | None = None) -> None:
+                 extra_body: dict[str, Any] | None = None, now: Callable[[], float] = time.time) -> None:
+        self.now = now  # resolves an HTTP-date Retry-After
         if extra_body and ("response_format" in extra_body or "guided_json" in extra_body):
             raise ValueError("response_format/guided_json together with tools suppresses tool calls; "
                              "deliver the answer through the submit tool instead")
@@ -266,8 +393,10 @@ class OpenAIChatClient:
         return body
 
     def complete(self, request: ModelRequest) -> ModelTurn:
-        data, status, request_id = _post(self._http, f"{self.base_url}/chat/completions", self.build_body(request),
-                                         _headers(self._key), request.timeout_s)
-        message, stop, raw_stop, usage = from_chat_response(data)
+        data, status, request_id, headers = _post(self._http, f"{self.base_url}/chat/completions",
+                                                  self.build_body(request), _headers(self._key), request.timeout_s,
+                                                  self.now)
+        message, stop, raw_stop, usage, upstream = parse_chat_response(data, detect_gateway(headers))
         return ModelTurn(message, stop, raw_stop, usage, http_status=status, request_id=request_id,
-                         response_model=data.get("model"))
+                         response_model=data.get("model"), response_id=data.get("id"),
+                         upstream_stop_reason=upstream)

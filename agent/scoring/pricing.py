@@ -41,14 +41,20 @@ class PriceTable:
         return self.prices.get(bare)
 
     def cost(self, model: str, usage: dict[str, Any]) -> float | None:
-        """Cost of one cell's usage, or None when the model has no price in the table."""
+        """Cost of one cell's usage, or None when the model has no price in the table or a count the price
+        needs was not reported (a cost from a guessed 0 would look exact and be wrong)."""
         p = self.price_for(model)
         if p is None or not usage:
             return None
-        inp = int(usage.get("input_tokens", 0) or 0)
-        read = int(usage.get("cache_read_input_tokens", 0) or 0)
-        write = int(usage.get("cache_creation_input_tokens", 0) or 0)
-        out = int(usage.get("output_tokens", 0) or 0)
+        counts = {k: usage.get(k) for k in ("input_tokens", "output_tokens")}
+        if any(v is None for v in counts.values()):
+            return None
+        inp, out = int(counts["input_tokens"]), int(counts["output_tokens"])
+        read, write = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+        if (read is None and p.cache_read_per_mtok is not None) or (
+                write is None and p.cache_creation_per_mtok is not None):
+            return None  # the split between fresh and cached input decides the price, and it is unknown
+        read, write = int(read or 0), int(write or 0)
         fresh = max(inp - read - write, 0)
         cost = fresh * p.input_per_mtok + out * p.output_per_mtok
         cost += read * (p.cache_read_per_mtok if p.cache_read_per_mtok is not None else p.input_per_mtok)

@@ -1,0 +1,288 @@
+"""Provider conformance: replies built from the official SDKs' own response types, served over real HTTP.
+
+Each test is one gap of issue 18: a field the record promises (usage, cache writes, thinking tokens, response
+ids, every attempt's request id, stop reasons with the raw value) must arrive in the record faithfully, or as
+unknown — never as a fabricated 0 or a mislabelled outcome.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from anthropic.types import Message as AnthropicMessage
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
+
+from agent.loop import Budget, LocalTool, ToolOutput, run_cell
+from agent.models.anthropic_client import AnthropicClient
+from agent.models.base import Message, ModelError, ModelRequest, TextBlock, ToolSpec, retry_after_seconds
+from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
+from agent.record import read_record
+from conformance_server import Reply, replay, sdk_json
+
+TOOLS = [ToolSpec("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
+REQUEST = ModelRequest("sys", [Message("user", [TextBlock("find VDD")])], TOOLS)
+
+
+# ------------------------------------------------------------------------------------------- SDK-typed replies
+def responses_reply(*, output=None, usage="default", status="completed", incomplete=None, rid="resp_0001"):
+    data = {
+        "id": rid, "object": "response", "created_at": 1764633600, "model": "gpt-test", "status": status,
+        "output": output if output is not None else [
+            {"type": "message", "id": "msg_a", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "done", "annotations": []}]}],
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+    }
+    if incomplete:
+        data["incomplete_details"] = {"reason": incomplete}
+    if usage == "default":
+        usage = {"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280,
+                 "input_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 150},
+                 "output_tokens_details": {"reasoning_tokens": 64}}
+    if usage is not None:
+        data["usage"] = usage
+    return sdk_json(Response.model_validate(data))
+
+
+def chat_reply(*, message=None, finish="stop", usage="default", cid="chatcmpl-0001", extra_choice=None,
+               validate=True):
+    """A ChatCompletion as the SDK types it; `validate=False` for shapes gateways send outside the SDK's types
+    (list content, object arguments, a call without an id)."""
+    choice = {"index": 0, "finish_reason": finish,
+              "message": message if message is not None else {"role": "assistant", "content": "done"}}
+    choice.update(extra_choice or {})
+    data = {"id": cid, "object": "chat.completion", "created": 1764633600, "model": "m", "choices": [choice]}
+    if usage == "default":
+        usage = {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940,
+                 "prompt_tokens_details": {"cached_tokens": 700, "cache_write_tokens": 120},
+                 "completion_tokens_details": {"reasoning_tokens": 12}}
+    if usage is not None:
+        data["usage"] = usage
+    if not validate:
+        return data
+    return sdk_json(ChatCompletion.model_validate(data))
+
+
+def anthropic_reply(*, content=None, stop="end_turn", usage=None, mid="msg_01AbC"):
+    data = {"id": mid, "type": "message", "role": "assistant", "model": "claude-test",
+            "content": content if content is not None else [{"type": "text", "text": "done"}],
+            "stop_reason": stop, "stop_sequence": None,
+            "usage": usage or {"input_tokens": 20, "output_tokens": 300, "cache_read_input_tokens": 4000,
+                               "cache_creation_input_tokens": 500,
+                               "output_tokens_details": {"thinking_tokens": 250}}}
+    return sdk_json(AnthropicMessage.model_validate(data))
+
+
+def _responses(url, http):
+    return OpenAIResponsesClient("gpt-test", api_key="sk-test", base_url=f"{url}/v1", http=http)
+
+
+def _chat(url, http):
+    return OpenAIChatClient("m", base_url=f"{url}/v1", http=http)
+
+
+def _anthropic(url):
+    return AnthropicClient("claude-test", api_key="sk-ant-test", base_url=url)
+
+
+# ------------------------------------------------------------------------------------------- usage
+def test_responses_usage_keeps_cache_reads_writes_and_reasoning_and_the_response_id():
+    with replay([Reply(responses_reply(), headers={"x-request-id": "req_A"})]) as (url, _), httpx.Client() as http:
+        turn = _responses(url, http).complete(REQUEST)
+    u = turn.usage
+    assert (u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens,
+            u.reasoning_output_tokens) == (1200, 80, 1000, 150, 64)
+    assert turn.response_id == "resp_0001" and turn.request_id == "req_A"
+
+
+def test_a_missing_usage_is_unknown_not_zero_on_every_transport():
+    with replay([Reply(responses_reply(usage=None)), Reply(chat_reply(usage=None))]) as (url, _), \
+            httpx.Client() as http:
+        turns = [_responses(url, http).complete(REQUEST), _chat(url, http).complete(REQUEST)]
+    for turn in turns:
+        assert turn.usage.input_tokens is None and turn.usage.output_tokens is None
+        assert turn.usage.total_tokens is None
+
+
+def test_chat_usage_keeps_cache_writes_from_openai_and_from_litellm():
+    litellm_usage = {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940,
+                     "cache_read_input_tokens": 700, "cache_creation_input_tokens": 120}
+    with replay([Reply(chat_reply()), Reply(chat_reply(usage=litellm_usage))]) as (url, _), httpx.Client() as http:
+        openai_turn, litellm_turn = _chat(url, http).complete(REQUEST), _chat(url, http).complete(REQUEST)
+    for turn in (openai_turn, litellm_turn):
+        assert (turn.usage.input_tokens, turn.usage.cache_read_input_tokens,
+                turn.usage.cache_creation_input_tokens) == (900, 700, 120)
+    assert openai_turn.usage.reasoning_output_tokens == 12 and litellm_turn.usage.reasoning_output_tokens is None
+    assert openai_turn.response_id == "chatcmpl-0001"
+
+
+def test_anthropic_usage_includes_cache_and_thinking_tokens_and_the_message_id():
+    with replay([Reply(anthropic_reply(), headers={"request-id": "req_011"})]) as (url, _):
+        turn = _anthropic(url).complete(REQUEST)
+    u = turn.usage
+    assert u.input_tokens == 20 + 4000 + 500 and u.output_tokens == 300
+    assert (u.cache_read_input_tokens, u.cache_creation_input_tokens, u.reasoning_output_tokens) == (4000, 500, 250)
+    assert turn.response_id == "msg_01AbC" and turn.request_id == "req_011"
+
+
+def test_anthropic_usage_without_cache_counts_leaves_the_total_unknown():
+    with replay([Reply(anthropic_reply(usage={"input_tokens": 20, "output_tokens": 30}))]) as (url, _):
+        turn = _anthropic(url).complete(REQUEST)
+    assert turn.usage.input_tokens is None and turn.usage.output_tokens == 30
+    assert turn.usage.cache_read_input_tokens is None and turn.usage.reasoning_output_tokens is None
+
+
+# ------------------------------------------------------------------------------------------- in the record
+def _tools() -> list[LocalTool]:
+    return [LocalTool(TOOLS[0], lambda args: ToolOutput("page 6: VDD 1.7 3.6 V"))]
+
+
+class _Clock:
+    """An injected clock; every call advances it by 10 ms, so latencies are deterministic."""
+
+    def __init__(self) -> None:
+        self.t = 1_764_633_600.0
+
+    def __call__(self) -> float:
+        self.t += 0.01
+        return self.t
+
+
+def _cell(client, tmp_path, claim, *, budget=Budget(), sleeps=None):
+    clock = _Clock()
+    result = run_cell(claim, model=client, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=clock,
+                      budget=budget, sleep=(sleeps.append if sleeps is not None else None), tools=_tools(),
+                      surface_version="test")
+    return result, read_record(result.record)
+
+
+@pytest.fixture
+def claim():
+    from protocols.claims import load_claims
+
+    return next(iter(load_claims().values()))
+
+
+def test_the_record_keeps_unknown_usage_and_the_run_total_is_unknown(tmp_path, claim):
+    replies = [Reply(chat_reply(usage=None, finish="stop"))]
+    with replay(replies) as (url, _), httpx.Client() as http:
+        result, events = _cell(_chat(url, http), tmp_path, claim)
+    turn = next(e for e in events if e.kind == "model_turn")
+    assert turn.usage.input_tokens is None and turn.response_id == "chatcmpl-0001"
+    assert events[-1].usage.input_tokens is None and events[-1].usage.output_tokens is None
+
+
+def test_every_attempt_of_a_retried_turn_keeps_its_request_id(tmp_path, claim):
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    replies = [Reply(overloaded, 529, {"request-id": "req_1", "retry-after": "3"}),
+               Reply(overloaded, 529, {"request-id": "req_2"}),
+               Reply(anthropic_reply(), headers={"request-id": "req_3"})]
+    sleeps: list[float] = []
+    with replay(replies) as (url, _):
+        result, events = _cell(_anthropic(url), tmp_path, claim, sleeps=sleeps)
+    turn = next(e for e in events if e.kind == "model_turn")
+    assert [a.request_id for a in turn.attempts] == ["req_1", "req_2", "req_3"]
+    assert [a.http_status for a in turn.attempts] == [529, 529, 200]
+    assert turn.request_id == "req_3" and turn.response_id == "msg_01AbC" and turn.retries == 2
+    assert sleeps == [3.0, 2.0]  # Retry-After honoured, then the 1 s × 2 backoff
+    assert [a.wait_reason for a in turn.attempts] == ["retry-after", "backoff", None]
+    from agent.otlp import record_to_otlp
+
+    spans = record_to_otlp(events)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    chat = next(s for s in spans if s["name"].startswith("chat "))
+    attrs = {a["key"]: a["value"] for a in chat["attributes"]}
+    assert attrs["gen_ai.response.id"] == {"stringValue": "msg_01AbC"}  # not the HTTP request id
+    assert [v["stringValue"] for v in attrs["chamberlab.request_ids"]["arrayValue"]["values"]] == [
+        "req_1", "req_2", "req_3"]
+
+
+# ------------------------------------------------------------------------------------------- retry-after
+def test_retry_after_forms():
+    assert retry_after_seconds({"retry-after": "20"}) == 20.0
+    assert retry_after_seconds({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert retry_after_seconds({"retry-after": "Tue, 01 Dec 2026 20:00:30 GMT"}, now=1796155200.0) == 30.0
+    assert retry_after_seconds({"retry-after": "Tue, 01 Dec 2026 20:00:30 GMT"}) is None  # no clock: unknown
+    assert retry_after_seconds({"retry-after": "soon"}) is None and retry_after_seconds({}) is None
+
+
+def test_a_rate_limit_with_retry_after_waits_what_the_server_asked(tmp_path, claim):
+    limited = {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}
+    replies = [Reply(limited, 429, {"retry-after": "20", "x-request-id": "req_a"}),
+               Reply(responses_reply(), headers={"x-request-id": "req_b"})]
+    sleeps: list[float] = []
+    with replay(replies) as (url, _), httpx.Client() as http:
+        result, events = _cell(_responses(url, http), tmp_path, claim, sleeps=sleeps)
+    assert sleeps == [20.0]
+    turn = next(e for e in events if e.kind == "model_turn")
+    assert [a.request_id for a in turn.attempts] == ["req_a", "req_b"] and turn.stop_reason == "end_turn"
+
+
+def test_a_retry_after_beyond_the_cap_ends_the_turn_without_hammering(tmp_path, claim):
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    replies = [Reply(overloaded, 529, {"request-id": "req_1", "retry-after": "600"})]
+    sleeps: list[float] = []
+    with replay(replies) as (url, bodies):
+        result, events = _cell(_anthropic(url), tmp_path, claim, sleeps=sleeps,
+                               budget=Budget(max_retry_wait_s=60.0))
+    assert sleeps == [] and len(bodies) == 1 and result.outcome == "engine_error"
+    assert "asked to wait 600 s" in result.detail
+
+
+# ------------------------------------------------------------------------------------------- stop reasons
+def test_a_truncated_responses_function_call_is_max_tokens_and_never_runs(tmp_path, claim):
+    call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "search_text",
+            "arguments": "{\"query\": \"VD", "status": "incomplete"}
+    replies = [Reply(responses_reply(output=[call], status="incomplete", incomplete="max_output_tokens"))]
+    with replay(replies) as (url, _), httpx.Client() as http:
+        result, events = _cell(_responses(url, http), tmp_path, claim)
+    turn = next(e for e in events if e.kind == "model_turn")
+    assert turn.stop_reason == "max_tokens" and turn.raw_stop_reason == "incomplete/max_output_tokens"
+    assert result.outcome == "max_tokens" and not [e for e in events if e.kind == "tool_call"]
+
+
+def test_litellm_context_overflow_flattened_to_stop_is_not_end_turn(tmp_path, claim):
+    passthrough = chat_reply(message={"role": "assistant", "content": "partial"},
+                             extra_choice={"provider_specific_fields": {"stop_reason": "model_context_window_exceeded"}})
+    silent = chat_reply(message={"role": "assistant", "content": None},
+                        usage={"prompt_tokens": 199000, "completion_tokens": 0, "total_tokens": 199000})
+    litellm = {"x-litellm-call-id": "c1", "x-litellm-model-id": "m1"}
+    with replay([Reply(passthrough, headers=litellm)]) as (url, _), httpx.Client() as http:
+        result, events = _cell(_chat(url, http), tmp_path / "a", claim)
+    turn = next(e for e in events if e.kind == "model_turn")
+    assert result.outcome == "context_exceeded" and turn.raw_stop_reason == "stop"
+    assert turn.upstream_stop_reason == "model_context_window_exceeded"
+    with replay([Reply(silent, headers=litellm)]) as (url, _), httpx.Client() as http:
+        result, _ = _cell(_chat(url, http), tmp_path / "b", claim)
+    assert result.outcome == "engine_error" and result.outcome != "end_turn_without_submit"
+
+
+def test_pause_turn_with_a_server_tool_is_continued_not_denied(tmp_path, claim):
+    server_call = [{"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "DPS310"}}]
+    replies = [Reply(anthropic_reply(content=server_call, stop="pause_turn", mid=f"msg_{i}")) for i in range(3)]
+    with replay(replies) as (url, bodies):
+        result, events = _cell(_anthropic(url), tmp_path, claim, budget=Budget(max_pause_turns=2, max_turns=30))
+    assert not [e for e in events if e.kind == "tool_call"]  # a server tool is never a denied client call
+    assert bodies[1]["messages"][-1]["content"][0]["type"] == "server_tool_use"  # content sent back to continue
+    assert result.outcome == "engine_error" and "pause_turn" in result.detail and len(bodies) == 3
+
+
+# ------------------------------------------------------------------------------------------- chat robustness
+def test_chat_list_content_and_object_arguments_are_read():
+    message = {"role": "assistant", "content": [{"type": "text", "text": "looking"}],
+               "tool_calls": [{"id": "call_9", "type": "function",
+                               "function": {"name": "search_text", "arguments": {"query": "VDD"}}}]}
+    with replay([Reply(chat_reply(message=message, finish="tool_calls", usage=None, validate=False))]) as (url, _), \
+            httpx.Client() as http:
+        turn = _chat(url, http).complete(REQUEST)
+    assert turn.message.text == "looking" and turn.message.tool_calls[0].arguments == {"query": "VDD"}
+    assert turn.stop_reason == "tool_use"
+
+
+def test_a_chat_tool_call_without_an_id_is_refused():
+    message = {"role": "assistant", "content": None,
+               "tool_calls": [{"type": "function", "function": {"name": "search_text", "arguments": "{}"}}]}
+    with replay([Reply(chat_reply(message=message, finish="tool_calls", usage=None, validate=False))]) as (url, _), \
+            httpx.Client() as http:
+        with pytest.raises(ModelError, match="has no id") as e:
+            _chat(url, http).complete(REQUEST)
+    assert e.value.kind == "protocol"
