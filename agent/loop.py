@@ -406,10 +406,12 @@ class _Cell:
         self.tool_time_s += end - start
         blob, digest, size = self.writer.store_blob(out.text)
         attachments = []
+        delivery = getattr(self.model, "image_delivery", "tool_result")
         for mime, data in out.images:
             raw = base64.b64decode(data)
             a_blob, a_digest, a_size = self.writer.store_blob(raw, "." + mime.split("/")[-1])
-            attachments.append({"mime_type": mime, "bytes": a_size, "sha256": a_digest, "blob": a_blob})
+            attachments.append({"mime_type": mime, "bytes": a_size, "sha256": a_digest, "blob": a_blob,
+                                "delivered_as": delivery})
         text, kept = kept_text(out.text)
         self.writer.write(
             ToolCallEvent, tool_call_id=call.id, turn=self.turns, phase=phase, tool=call.name,

@@ -135,7 +135,9 @@ class ToolCallEvent(_Event):
     output_kept_bytes: int = Field(ge=0)
     output_sha256: str
     blob: str  # path of the whole output, relative to the record file's folder
-    attachments: list[dict[str, Any]] = []  # images returned to the model: {mime_type, bytes, sha256, blob}
+    # images the tool returned: {mime_type, bytes, sha256, blob, delivered_as}; delivered_as says how the model
+    # received it (tool_result | user_message | none: not delivered, the model saw the text only)
+    attachments: list[dict[str, Any]] = []
     start: float
     end: float
     duration_ms: float = Field(ge=0)

@@ -286,3 +286,98 @@ def test_a_chat_tool_call_without_an_id_is_refused():
         with pytest.raises(ModelError, match="has no id") as e:
             _chat(url, http).complete(REQUEST)
     assert e.value.kind == "protocol"
+
+
+# ------------------------------------------------------------------------------------------- request bodies
+def _materialise(value):
+    """pydantic validates an SDK `Iterable[...]` lazily; walking it forces every item through the validator."""
+    if isinstance(value, dict):
+        return {k: _materialise(v) for k, v in value.items()}
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return value
+    return [_materialise(v) for v in value]
+
+
+_ADAPTERS: dict = {}  # kept alive: a lazily validated Iterable needs its adapter's definitions
+
+
+def assert_valid_request(kind: str, body: dict) -> None:
+    """The body we sent validates against the official SDK's own request type."""
+    from pydantic import TypeAdapter
+
+    if kind == "responses":
+        from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming as T
+    elif kind == "chat":
+        from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming as T
+    else:
+        from anthropic.types.message_create_params import MessageCreateParamsNonStreaming as T
+    adapter = _ADAPTERS.setdefault(kind, TypeAdapter(T))
+    _materialise(adapter.validate_python(body))
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+PAGE_TOOL = ToolSpec("inspect_page", "Render a page.", {"type": "object", "properties": {"page": {"type": "integer"}}})
+
+
+def _page_tools() -> list[LocalTool]:
+    return [LocalTool(PAGE_TOOL, lambda args: ToolOutput("PNG of page 6, 68 bytes", images=(("image/png", PNG),)))]
+
+
+def _page_cell(client, tmp_path, claim):
+    result = run_cell(claim, model=client, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=_Clock(),
+                      tools=_page_tools(), surface_version="test")
+    return result, read_record(result.record)
+
+
+def test_inspect_page_images_reach_the_responses_api_inside_the_function_output(tmp_path, claim):
+    call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "inspect_page",
+            "arguments": "{\"page\": 6}", "status": "completed"}
+    replies = [Reply(responses_reply(output=[call])), Reply(responses_reply(rid="resp_0002"))]
+    with replay(replies) as (url, bodies), httpx.Client() as http:
+        result, events = _page_cell(_responses(url, http), tmp_path, claim)
+    output = next(i for i in bodies[1]["input"] if i.get("type") == "function_call_output")["output"]
+    assert output[0] == {"type": "input_text", "text": "PNG of page 6, 68 bytes"}
+    assert output[1]["type"] == "input_image" and output[1]["image_url"] == f"data:image/png;base64,{PNG}"
+    tool = next(e for e in events if e.kind == "tool_call")
+    assert tool.attachments[0]["delivered_as"] == "tool_result"
+    for body in bodies:
+        assert_valid_request("responses", body)
+
+
+def test_inspect_page_images_reach_chat_models_in_a_user_message_after_the_tool_results(tmp_path, claim):
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "inspect_page", "arguments": "{\"page\": 6}"}}]}
+    replies = [Reply(chat_reply(message=message, finish="tool_calls")), Reply(chat_reply())]
+    with replay(replies) as (url, bodies), httpx.Client() as http:
+        result, events = _page_cell(_chat(url, http), tmp_path, claim)
+    sent = bodies[1]["messages"]
+    assert sent[-2] == {"role": "tool", "tool_call_id": "call_1", "content": "PNG of page 6, 68 bytes"}
+    assert sent[-1]["role"] == "user" and sent[-1]["content"][1]["image_url"]["url"].endswith(PNG)
+    assert next(e for e in events if e.kind == "tool_call").attachments[0]["delivered_as"] == "user_message"
+    for body in bodies:
+        assert_valid_request("chat", body)
+
+
+def test_a_text_only_chat_model_gets_no_image_and_the_read_does_not_count(tmp_path, claim):
+    from agent.scoring.cells import facts_from_events
+
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "inspect_page", "arguments": "{\"page\": 6}"}}]}
+    replies = [Reply(chat_reply(message=message, finish="tool_calls")), Reply(chat_reply())]
+    with replay(replies) as (url, bodies), httpx.Client() as http:
+        client = OpenAIChatClient("m", base_url=f"{url}/v1", http=http, images=False)
+        result, events = _page_cell(client, tmp_path, claim)
+    assert all(m["role"] != "user" or isinstance(m["content"], str) for m in bodies[1]["messages"])
+    assert next(e for e in events if e.kind == "tool_call").attachments[0]["delivered_as"] == "none"
+    facts = facts_from_events(events, result.record)
+    assert facts.calls[0].empty_output  # the model saw a caption, not the page
+
+
+def test_anthropic_request_bodies_validate_against_the_sdk_types(tmp_path, claim):
+    tool_use = [{"type": "tool_use", "id": "toolu_1", "name": "inspect_page", "input": {"page": 6}}]
+    replies = [Reply(anthropic_reply(content=tool_use, stop="tool_use")), Reply(anthropic_reply())]
+    with replay(replies) as (url, bodies):
+        _page_cell(_anthropic(url), tmp_path, claim)
+    assert bodies[1]["messages"][-1]["content"][0]["content"][1]["type"] == "image"
+    for body in bodies:
+        assert_valid_request("anthropic", body)

@@ -154,6 +154,7 @@ class AnthropicClient:
     provider = PROVIDER
     accepts_pdf = True  # Messages API document blocks read a base64 PDF
     transport = "anthropic-sdk"
+    image_delivery = "tool_result"  # images inside the tool_result content
 
     def __init__(
         self,

@@ -105,6 +105,8 @@ class Message:
         return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
 
 
+ImageDelivery = Literal["tool_result", "user_message", "none"]
+
 ToolChoice = Literal["auto", "any", "none"] | dict[str, str]  # {"name": tool} forces one tool
 
 
@@ -240,6 +242,10 @@ class ModelClient(Protocol):
     provider: str
     transport: str
     model: str
+    # How images a tool returns reach the model: inside the tool result, in a user message after the tool
+    # results, or not at all (a text-only model). The record copies it onto every attachment. Clients that
+    # do not say are read as "tool_result" (the Anthropic wire format the scripted client also speaks).
+    image_delivery: ImageDelivery
 
     def complete(self, request: ModelRequest) -> ModelTurn: ...
 

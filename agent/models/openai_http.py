@@ -88,7 +88,11 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                 items.append({"type": "function_call", "call_id": b.id, "name": b.name,
                               "arguments": json.dumps(b.arguments)})
             elif isinstance(b, ToolResultBlock):
-                output = f"Error: {b.content}" if b.is_error and not b.content.startswith("Error") else b.content
+                output: Any = f"Error: {b.content}" if b.is_error and not b.content.startswith("Error") else b.content
+                if b.images:  # function_call_output takes text and images together (input_text, input_image)
+                    output = [{"type": "input_text", "text": output}] + [
+                        {"type": "input_image", "image_url": f"data:{mime};base64,{data}", "detail": "auto"}
+                        for mime, data in b.images]
                 items.append({"type": "function_call_output", "call_id": b.call_id, "output": output})
     return items
 
@@ -154,6 +158,7 @@ class OpenAIResponsesClient:
     provider = "openai"
     accepts_pdf = True  # input_file items carry a PDF the service reads itself
     transport = "openai-responses"
+    image_delivery = "tool_result"  # images go inside function_call_output
 
     def __init__(self, model: str, *, api_key: str, base_url: str, http: httpx.Client,
                  reasoning: dict[str, Any] | None = None, now: Callable[[], float] = time.time) -> None:
@@ -196,7 +201,10 @@ _FINISH: dict[str, StopReason] = {"stop": "end_turn", "tool_calls": "tool_use", 
                                   "content_filter": "refusal", "function_call": "tool_use"}
 
 
-def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+def to_chat_messages(system: str, messages: list[Message], *, images: bool = True) -> list[dict[str, Any]]:
+    """Neutral messages → chat `messages`. A `tool` message carries text only, so images a tool returned follow
+    the turn's tool messages in one user message naming each call (`images=False`: a text-only model, the
+    images are left out and the record says so)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in messages:
         if m.role == "assistant":
@@ -207,16 +215,25 @@ def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any
                 entry["tool_calls"] = calls
             out.append(entry)
             continue
+        tool_images: list[dict[str, Any]] = []
         for b in m.blocks:
             if isinstance(b, TextBlock):
                 out.append({"role": "user", "content": b.text})
             elif isinstance(b, ImageBlock):
+                if not images:
+                    raise ModelError("protocol", "this chat model takes no images (images=False)")
                 out.append({"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": f"data:{b.mime};base64,{b.data}"}}]})
             elif isinstance(b, DocumentBlock):
                 raise ModelError("protocol", "chat completions take no document input; send rendered page images instead")
             elif isinstance(b, ToolResultBlock):
                 out.append({"role": "tool", "tool_call_id": b.call_id, "content": b.content})
+                if b.images and images:
+                    tool_images.append({"type": "text", "text": f"Image(s) returned by tool call {b.call_id}:"})
+                    tool_images += [{"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+                                    for mime, data in b.images]
+        if tool_images:
+            out.append({"role": "user", "content": tool_images})
     return out
 
 
@@ -364,10 +381,15 @@ class OpenAIChatClient:
     provider = "openai-compat"
     accepts_pdf = False  # chat completions (vLLM, LiteLLM) take text and images only
     transport = "chat-completions"
+    image_delivery = "user_message"  # a tool message is text only: images follow in a user message
 
     def __init__(self, model: str, *, base_url: str, http: httpx.Client, api_key: str | None = None,
-                 extra_body: dict[str, Any] | None = None, now: Callable[[], float] = time.time) -> None:
+                 extra_body: dict[str, Any] | None = None, now: Callable[[], float] = time.time,
+                 images: bool = True) -> None:
         self.now = now  # resolves an HTTP-date Retry-After
+        self.images = images
+        if not images:
+            self.image_delivery = "none"
         if extra_body and ("response_format" in extra_body or "guided_json" in extra_body):
             raise ValueError("response_format/guided_json together with tools suppresses tool calls; "
                              "deliver the answer through the submit tool instead")
@@ -380,7 +402,7 @@ class OpenAIChatClient:
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": to_chat_messages(request.system, request.messages),
+            "messages": to_chat_messages(request.system, request.messages, images=self.images),
             "max_tokens": request.max_tokens,
         }
         if request.tools:

@@ -100,7 +100,11 @@ def facts_from_events(events: list[Any], record: Path | None = None) -> CellFact
     calls: list[CallFact] = []
     for e in events:
         if e.kind == "tool_call":
-            calls.append(CallFact(e.tool, e.phase, e.status, e.output_bytes == 0 and not e.attachments,
+            seen_image = any(a.get("delivered_as", "tool_result") != "none" for a in e.attachments)
+            # An image-only output the model never received (a text-only model) is an empty read: the
+            # caption text ("PNG of page 6, 45189 bytes") is not the page.
+            empty = (e.output_bytes == 0 and not e.attachments) or (bool(e.attachments) and not seen_image)
+            calls.append(CallFact(e.tool, e.phase, e.status, empty,
                                   e.output_text[:200] if e.status != "ok" else ""))
     turns = [e for e in events if e.kind == "model_turn"]
     extraction = end.extraction if end is not None else next(
