@@ -522,6 +522,7 @@ def run_cell(
         surface_version = surface_version or version
     ds_info = {"path": str(datasheet), "sha256": sha256_of(datasheet) if datasheet.exists() else None}
     config = {"budget": asdict(budget), "chamber": chamber.base_url if chamber is not None else None,
+              "model_options": getattr(model, "options", None) or {},
               "phase_two": "enabled" if chamber is not None else "skipped"}
     with RecordWriter(Path(record_dir), run_id, clock) as writer:
         cell = _Cell(claim, model, tools, surface_version or "unversioned", writer, chamber, budget, clock, sleep,

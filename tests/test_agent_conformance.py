@@ -381,3 +381,46 @@ def test_anthropic_request_bodies_validate_against_the_sdk_types(tmp_path, claim
     assert bodies[1]["messages"][-1]["content"][0]["content"][1]["type"] == "image"
     for body in bodies:
         assert_valid_request("anthropic", body)
+
+
+# ------------------------------------------------------------------------------------------- reasoning state
+def test_chat_sends_reasoning_and_thinking_blocks_back_on_the_next_turn(tmp_path, claim):
+    thinking_blocks = [{"type": "thinking", "thinking": "look up VDD", "signature": "EqQBCgIYAhIM"}]
+    message = {"role": "assistant", "content": None, "reasoning_content": "look up VDD",
+               "thinking_blocks": thinking_blocks, "tool_calls": [
+                   {"id": "call_1", "type": "function", "function": {"name": "search_text", "arguments": "{}"}}]}
+    replies = [Reply(chat_reply(message=message, finish="tool_calls", validate=False)), Reply(chat_reply())]
+    with replay(replies) as (url, bodies), httpx.Client() as http:
+        _cell(_chat(url, http), tmp_path, claim)
+    sent = next(m for m in bodies[1]["messages"] if m["role"] == "assistant")
+    assert sent["reasoning_content"] == "look up VDD" and sent["thinking_blocks"] == thinking_blocks
+
+
+# ------------------------------------------------------------------------------------------- model options
+def test_model_options_from_the_spec_reach_each_api():
+    from agent.models import ModelSpecError, client_for
+
+    env = {"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    vllm = client_for("openai-compat:http://127.0.0.1:9/v1#Qwen/Qwen3-8B?extra.chat_template_kwargs.enable_thinking"
+                      "=false&max_output_tokens=2048&effort=high", env)
+    body = vllm.build_body(REQUEST)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["max_tokens"] == 2048
+    assert body["reasoning_effort"] == "high"
+    oa = client_for("openai:gpt-5.1?effort=low", env)
+    assert oa.build_body(REQUEST)["reasoning"] == {"summary": "auto", "effort": "low"}
+    claude = client_for("claude-sonnet-4-5?thinking=2048&max_output_tokens=8000", env)
+    assert claude.thinking == {"type": "enabled", "budget_tokens": 2048} and claude.max_output_tokens == 8000
+    with pytest.raises(ModelSpecError, match="unknown model option"):
+        client_for("openai:gpt-5.1?temperature=0", env)
+    with pytest.raises(ModelSpecError, match="do not apply"):
+        client_for("openai:gpt-5.1?images=false", env)
+
+
+def test_anthropic_thinking_and_effort_are_sent(tmp_path):
+    with replay([Reply(anthropic_reply())]) as (url, bodies):
+        client = AnthropicClient("claude-test", api_key="k", base_url=url, effort="high", max_output_tokens=9000,
+                                 thinking={"type": "enabled", "budget_tokens": 4096})
+        client.complete(REQUEST)
+    assert bodies[0]["thinking"] == {"type": "enabled", "budget_tokens": 4096}
+    assert bodies[0]["output_config"] == {"effort": "high"} and bodies[0]["max_tokens"] == 9000
+    assert_valid_request("anthropic", bodies[0])

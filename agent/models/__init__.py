@@ -2,13 +2,19 @@
 
 Model strings: `scripted:<policy>` (offline, in process), `openai:<model>` (Responses API),
 `openai-compat:<base_url>#<model>` (chat completions: vLLM, LiteLLM), anything else an Anthropic model id.
+Any of them may end in `?option=value&...` (model options, so that a matrix can give each model its own):
+`thinking=<budget tokens>|off`, `effort=low|medium|high|...`, `max_output_tokens=<n>`, `images=false`, and
+`extra.<dotted.key>=<JSON value>` for chat-completions `extra_body` (e.g.
+`extra.chat_template_kwargs.enable_thinking=false` for Qwen3 on vLLM).
 Keys come from the environment mapping passed in; a missing key raises MissingApiKey naming the variable.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 
@@ -39,9 +45,57 @@ class ModelSpecError(ValueError):
     """A --model string that names no known client."""
 
 
-def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
-    """`--model` string → (kind, model, base_url). kind ∈ scripted | openai | openai-compat | anthropic."""
+_OPTION_KEYS = ("thinking", "effort", "max_output_tokens", "images")
+
+
+def split_model_options(spec: str) -> tuple[str, dict[str, Any]]:
+    """`<spec>?k=v&...` → (spec, options as client_for takes them). Unknown keys and bad values raise
+    ModelSpecError here, before any cell (or chamber) work starts."""
     spec = spec.strip()
+    if "?" not in spec:
+        return spec, {}
+    base, query = spec.split("?", 1)
+    options: dict[str, Any] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if key.startswith("extra."):
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = value
+            node = options.setdefault("extra_body", {})
+            *path, last = key.removeprefix("extra.").split(".")
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = parsed
+        elif key == "thinking":
+            if value in ("off", "0", "false"):
+                options["thinking"] = {"type": "disabled"}
+            elif value.isdigit():
+                options["thinking"] = {"type": "enabled", "budget_tokens": int(value)}
+            else:
+                raise ModelSpecError(f"thinking={value!r}: expected a token budget (e.g. 2048) or off")
+        elif key == "effort":
+            if not value:
+                raise ModelSpecError("effort= needs a value (low, medium, high, ...)")
+            options["effort"] = value
+        elif key == "max_output_tokens":
+            if not value.isdigit() or int(value) < 1:
+                raise ModelSpecError(f"max_output_tokens={value!r}: expected a positive integer")
+            options["max_output_tokens"] = int(value)
+        elif key == "images":
+            if value not in ("true", "false"):
+                raise ModelSpecError(f"images={value!r}: expected true or false")
+            options["images"] = value == "true"
+        else:
+            raise ModelSpecError(f"unknown model option {key!r} in {spec!r}; known: "
+                                 f"{', '.join(_OPTION_KEYS)}, extra.<key>")
+    return base, options
+
+
+def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
+    """`--model` string → (kind, model, base_url). kind ∈ scripted | openai | openai-compat | anthropic.
+    Model options (`?...`) are not part of it: see split_model_options."""
+    spec = split_model_options(spec)[0]
     if not spec:
         raise ModelSpecError("empty model string; expected scripted:<policy>, openai:<model>, "
                              "openai-compat:<base_url>#<model> or an Anthropic model id")
@@ -64,13 +118,18 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
                options: Mapping[str, Any] | None = None) -> ModelClient:
     """A model client for a `--model` string. `env` supplies ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL,
     OPENAI_API_KEY / OPENAI_BASE_URL, OPENAI_COMPAT_API_KEY (optional). `http` is used by the OpenAI clients.
-    `options`: thinking (Anthropic), reasoning (OpenAI Responses), extra_body (chat completions)."""
-    kind, model, base_url = parse_model_spec(spec)
-    options = dict(options or {})
+    `options` (merged over the spec's own `?...` options): thinking, effort, max_output_tokens, images,
+    extra_body. An option the chosen API cannot carry raises ModelSpecError instead of being dropped."""
+    base, spec_options = split_model_options(spec)
+    kind, model, base_url = parse_model_spec(base)
+    options = {**spec_options, **dict(options or {})}
     if kind == "scripted":
         from agent.scripted import ScriptedClient, policy_named
 
+        if options:
+            raise ModelSpecError(f"scripted models take no model options, got {sorted(options)}")
         return ScriptedClient(policy_named(model), model=f"scripted:{model}")
+    _refuse(kind, options)
     if kind == "anthropic":
         from agent.models.anthropic_client import AnthropicClient
 
@@ -78,15 +137,40 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
         if not key:
             raise MissingApiKey("ANTHROPIC_API_KEY", model)
         return AnthropicClient(model, api_key=key, base_url=env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT_URL,
-                               thinking=options.get("thinking"))
+                               thinking=options.get("thinking"), effort=options.get("effort"),
+                               max_output_tokens=options.get("max_output_tokens"))
     from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
 
-    http = http or httpx.Client(timeout=600.0)
     if kind == "openai":
         key = env.get("OPENAI_API_KEY")
         if not key:
             raise MissingApiKey("OPENAI_API_KEY", model)
+        reasoning = options.get("reasoning")
+        if options.get("effort"):
+            reasoning = {**(reasoning or {}), "effort": options["effort"]}
         return OpenAIResponsesClient(model, api_key=key, base_url=env.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL,
-                                     http=http, reasoning=options.get("reasoning"))
-    return OpenAIChatClient(model, base_url=str(base_url), http=http, api_key=env.get("OPENAI_COMPAT_API_KEY"),
-                            extra_body=options.get("extra_body"))
+                                     http=http or httpx.Client(timeout=600.0), reasoning=reasoning,
+                                     max_output_tokens=options.get("max_output_tokens"))
+    extra = dict(options.get("extra_body") or {})
+    if options.get("effort"):
+        extra.setdefault("reasoning_effort", options["effort"])  # OpenAI chat and LiteLLM both read it
+    thinking = options.get("thinking")
+    if thinking is not None:
+        extra.setdefault("thinking", thinking)  # LiteLLM passes it to Claude
+    return OpenAIChatClient(model, base_url=str(base_url), http=http or httpx.Client(timeout=600.0),
+                            api_key=env.get("OPENAI_COMPAT_API_KEY"), extra_body=extra,
+                            images=options.get("images", True), max_output_tokens=options.get("max_output_tokens"))
+
+
+_ALLOWED = {
+    "anthropic": {"thinking", "effort", "max_output_tokens"},
+    "openai": {"effort", "reasoning", "max_output_tokens"},
+    "openai-compat": {"effort", "thinking", "max_output_tokens", "images", "extra_body"},
+}
+
+
+def _refuse(kind: str, options: Mapping[str, Any]) -> None:
+    bad = sorted(set(options) - _ALLOWED[kind])
+    if bad:
+        raise ModelSpecError(f"model option(s) {bad} do not apply to {kind} models; they take "
+                             f"{', '.join(sorted(_ALLOWED[kind]))}")

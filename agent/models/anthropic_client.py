@@ -163,6 +163,8 @@ class AnthropicClient:
         api_key: str,
         base_url: str,
         thinking: dict[str, Any] | None = None,
+        effort: str | None = None,
+        max_output_tokens: int | None = None,
         default_timeout_s: float = 600.0,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -170,10 +172,18 @@ class AnthropicClient:
         self.model = model
         self.base_url = base_url
         self.thinking = thinking
+        self.effort = effort  # output_config.effort (never output_config.format: answers come by tool call)
+        self.max_output_tokens = max_output_tokens
+        self.options = {k: v for k, v in (("thinking", thinking), ("effort", effort),
+                                          ("max_output_tokens", max_output_tokens)) if v is not None}
         self._sdk = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=default_timeout_s)
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         body = to_anthropic_request(request, self.model)
+        if self.max_output_tokens is not None:
+            body["max_tokens"] = self.max_output_tokens
+        if self.effort is not None:
+            body["output_config"] = {"effort": self.effort}
         if self.thinking and self.thinking.get("type") != "disabled":
             if request.tool_choice not in ("auto", "none"):
                 raise ValueError(

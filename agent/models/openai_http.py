@@ -161,8 +161,12 @@ class OpenAIResponsesClient:
     image_delivery = "tool_result"  # images go inside function_call_output
 
     def __init__(self, model: str, *, api_key: str, base_url: str, http: httpx.Client,
-                 reasoning: dict[str, Any] | None = None, now: Callable[[], float] = time.time) -> None:
+                 reasoning: dict[str, Any] | None = None, now: Callable[[], float] = time.time,
+                 max_output_tokens: int | None = None) -> None:
         self.now = now  # resolves an HTTP-date Retry-After
+        self.max_output_tokens = max_output_tokens
+        self.options = {k: v for k, v in (("reasoning", reasoning), ("max_output_tokens", max_output_tokens))
+                        if v is not None}
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.reasoning = reasoning
@@ -174,7 +178,7 @@ class OpenAIResponsesClient:
             "model": self.model,
             "instructions": request.system,
             "input": to_responses_input(request.messages),
-            "max_output_tokens": request.max_tokens,
+            "max_output_tokens": self.max_output_tokens or request.max_tokens,
             "store": False,
             "include": ["reasoning.encrypted_content"],
         }
@@ -201,6 +205,19 @@ _FINISH: dict[str, StopReason] = {"stop": "end_turn", "tool_calls": "tool_use", 
                                   "content_filter": "refusal", "function_call": "tool_use"}
 
 
+# What chat-completions servers return as reasoning and need back on the next turn: LiteLLM's Claude
+# `thinking_blocks` (with signatures; without them Anthropic rejects turn 2 with HTTP 400), `reasoning_content`
+# (DeepSeek, vLLM's reasoning parsers, Qwen3 templates that re-render it) and `reasoning` (newer vLLM, gpt-oss).
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking_blocks")
+
+
+def _reasoning_state(m: Message) -> dict[str, Any]:
+    """The reasoning fields of an assistant message this transport returned, to send back verbatim."""
+    if m.raw_provider != OpenAIChatClient.provider or not m.raw or not isinstance(m.raw[0], dict):
+        return {}
+    return {k: m.raw[0][k] for k in _REASONING_KEYS if m.raw[0].get(k) is not None}
+
+
 def to_chat_messages(system: str, messages: list[Message], *, images: bool = True) -> list[dict[str, Any]]:
     """Neutral messages → chat `messages`. A `tool` message carries text only, so images a tool returned follow
     the turn's tool messages in one user message naming each call (`images=False`: a text-only model, the
@@ -213,6 +230,7 @@ def to_chat_messages(system: str, messages: list[Message], *, images: bool = Tru
                      for c in m.tool_calls]
             if calls:
                 entry["tool_calls"] = calls
+            entry.update(_reasoning_state(m))
             out.append(entry)
             continue
         tool_images: list[dict[str, Any]] = []
@@ -385,9 +403,12 @@ class OpenAIChatClient:
 
     def __init__(self, model: str, *, base_url: str, http: httpx.Client, api_key: str | None = None,
                  extra_body: dict[str, Any] | None = None, now: Callable[[], float] = time.time,
-                 images: bool = True) -> None:
+                 images: bool = True, max_output_tokens: int | None = None) -> None:
         self.now = now  # resolves an HTTP-date Retry-After
         self.images = images
+        self.max_output_tokens = max_output_tokens
+        self.options = {k: v for k, v in (("extra_body", extra_body or None), ("images", None if images else False),
+                                          ("max_output_tokens", max_output_tokens)) if v is not None}
         if not images:
             self.image_delivery = "none"
         if extra_body and ("response_format" in extra_body or "guided_json" in extra_body):
@@ -403,7 +424,7 @@ class OpenAIChatClient:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": to_chat_messages(request.system, request.messages, images=self.images),
-            "max_tokens": request.max_tokens,
+            "max_tokens": self.max_output_tokens or request.max_tokens,
         }
         if request.tools:
             body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
