@@ -57,7 +57,10 @@ class WindTunnelParams(_Strict):
         "validate_load_out_pressure_intake by the seed paper's method (sigma 0.0801 hPa, spread 0.0969 hPa, offset "
         "0.0506 hPa; ../shared/paper-archive/archive/baseline_chamber.json) with the 3000-row means of the tool "
         "output (intake − ambient = −3.02 Pa, classifier_gold.yaml) and model C3; they put the units 11.45 Pa apart, "
-        "upwind highest, as the real fans-off readings are (~10–11.5 Pa, issue 14). authors: 0. None = drawn "
+        "upwind highest, as the real fans-off readings are (~10–11.5 Pa, issue 14). Not reproduced: D1's fans-off "
+        "offset downwind − upwind of −7.10 Pa (wt_bernoulli_v1, another recording); with C3 and that difference "
+        "the validate figures cannot all hold (the spread needs the ambient above the upwind unit). authors: 0. "
+        "None = drawn "
         "uniformly in ±barometer_offset_bound_pa from the seed (ambient 0). Fitted files hold offsets relative to "
         "the mean of the four units.",
     )

@@ -72,7 +72,7 @@ def test_the_authors_models_miss_the_figures_they_do_not_model(protocols):
 
 def test_steady_window_is_the_seed_papers_on_the_real_protocol(protocols):
     """The real protocol toggles load_out row by row; rows whose trailing 5 rows share a setting number 198 here,
-    against the archive's n = 199 (the archive's window also counts one row the protocol text cannot show)."""
+    against the archive's n = 199 (PROVENANCE.md does not record the rolling window's edge convention; ±2 rows)."""
     model = make_model("wt", seed=0)
     steps = read_protocol(protocols / "wt_validate_v1" / "validate_load_out_pressure_intake.txt")
     rows = run_protocol(model, steps)
