@@ -416,7 +416,39 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="token budget for the cell (input + output)")
     p.add_argument("--wall-s", type=float, default=900.0, help="wall-time budget for the cell, seconds")
     p.add_argument("--otlp", type=Path, default=None, help="also write the record as OTLP/JSON spans here")
+    add_model_option_flags(p)
     p.set_defaults(handler=_extract)
+
+
+def add_model_option_flags(p: argparse.ArgumentParser) -> None:
+    """Model options (the same as a spec's `?...` suffix; see agent.models)."""
+    p.add_argument("--thinking", default=None, metavar="TOKENS|off", help="extended thinking budget (Anthropic, LiteLLM)")
+    p.add_argument("--effort", default=None, help="reasoning effort (OpenAI reasoning, Anthropic effort, chat reasoning_effort)")
+    p.add_argument("--max-output-tokens", type=int, default=None, help="output token limit per model turn")
+    p.add_argument("--extra-body", default=None, metavar="JSON",
+                   help='chat completions only: merged into each request, e.g. \'{"chat_template_kwargs": {"enable_thinking": false}}\'')
+
+
+def model_options(args: argparse.Namespace) -> dict[str, Any]:
+    from agent.models import split_model_options
+
+    query = []
+    if getattr(args, "thinking", None):
+        query.append(f"thinking={args.thinking}")
+    if getattr(args, "effort", None):
+        query.append(f"effort={args.effort}")
+    if getattr(args, "max_output_tokens", None):
+        query.append(f"max_output_tokens={args.max_output_tokens}")
+    options = split_model_options("x?" + "&".join(query))[1] if query else {}
+    if getattr(args, "extra_body", None):
+        try:
+            extra = json.loads(args.extra_body)
+        except json.JSONDecodeError as e:
+            raise CliError(f"--extra-body is not JSON: {e}") from e
+        if not isinstance(extra, dict):
+            raise CliError("--extra-body must be a JSON object")
+        options["extra_body"] = extra
+    return options
 
 
 def _in_process_chamber_service(args: argparse.Namespace, stack: Any) -> str:
@@ -444,11 +476,11 @@ def _extract(args: argparse.Namespace) -> int:
     from agent.models import client_for
     from protocols.claims import get_claim
 
+    model = client_for(args.model, os.environ, options=model_options(args))  # spec and key before any work
     claim = get_claim(args.claim_id)
     pdf = args.datasheet or shared_dir() / "datasheets" / claim.identity.filename
     if not pdf.exists():
         raise CliError(f"datasheet {pdf} not found (give --datasheet or set CHAMBERLAB_SHARED)")
-    model = client_for(args.model, os.environ)
     budget = Budget(max_turns=args.max_turns, max_total_tokens=args.max_tokens, wall_s=args.wall_s)
     with contextlib.ExitStack() as stack:
         url = None if args.no_chamber else (args.chamber_url or _in_process_chamber_service(args, stack))
@@ -463,8 +495,9 @@ def _extract(args: argparse.Namespace) -> int:
 
         data["otlp"] = str(export_otlp(result.record, args.otlp))
     emit(args, data, lambda d: (f"{d['run_id']}: {d['outcome']} (phase two {d['phase_two']})\n"
-                                f"extraction: {json.dumps(d['extraction'])}\nrecord: {d['record']}"))
-    return 0
+                                + (f"cause: {d['detail']}\n" if d["outcome"] != "submitted" else "")
+                                + f"extraction: {json.dumps(d['extraction'])}\nrecord: {d['record']}"))
+    return 1 if result.outcome == "engine_error" else 0
 
 
 # ----------------------------------------------------------------------------------------------- section: verdicts
@@ -849,6 +882,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chamber import open_chamber
     from protocols.claims import load_claims
 
+    if not args.no_agent:  # a wrong model spec or a missing key fails now, not after the whole chamber part
+        from agent.models import client_for
+
+        client_for(args.model, os.environ)
     started = time.monotonic()
     backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
     index = RunIndex(args.runs_dir.resolve() / "index.sqlite")
@@ -1274,7 +1311,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     (args.out / "scores.json").write_text(json.dumps(scores, default=_json_default), encoding="utf-8")
     data = {"run": run, "summary": scores["summary"], "out": str(args.out)}
     emit(args, data, lambda d: f"{d['run']}\nscores: {d['out']}/scores.json; flagged {d['summary']['flagged']}")
-    return 0
+    # Cells that crashed or ended in engine_error are not results: say so in the exit code (a resume retries them).
+    return 1 if run.get("failures") or run.get("engine_errors") else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

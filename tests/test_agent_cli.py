@@ -47,3 +47,47 @@ def test_extract_without_a_key_is_a_clear_error(tmp_path, capsys, monkeypatch):
 def test_unknown_claim_lists_known_ids(tmp_path, capsys):
     code = bench_cli.main(["extract", "dps310-nope", "--model", "scripted:reader", "--record", str(tmp_path)])
     assert code == 2 and "dps310-relative-accuracy" in capsys.readouterr().err
+
+
+BAD_REQUEST = {"error": {"message": "tools[0] is invalid", "type": "invalid_request_error"}}
+
+
+def test_extract_exits_non_zero_on_engine_error_and_names_the_cause(tmp_path, capsys):
+    from conformance_server import Reply, replay
+
+    shared_path("datasheets", "DPS310.pdf")
+    with replay([Reply(BAD_REQUEST, 400)]) as (url, _):
+        code = bench_cli.main(["extract", "dps310-pressure-rate-range", "--model", f"openai-compat:{url}/v1#m",
+                               "--no-chamber", "--record", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1 and "engine_error" in out and "cause:" in out and "HTTP 400" in out
+
+
+def test_extract_model_option_flags_reach_the_request(tmp_path, capsys):
+    from conformance_server import Reply, replay
+
+    shared_path("datasheets", "DPS310.pdf")
+    with replay([Reply(BAD_REQUEST, 400)]) as (url, bodies):
+        bench_cli.main(["extract", "dps310-pressure-rate-range", "--model", f"openai-compat:{url}/v1#m",
+                        "--no-chamber", "--record", str(tmp_path), "--effort", "low", "--max-output-tokens", "777",
+                        "--extra-body", '{"chat_template_kwargs": {"enable_thinking": true}}'])
+    assert bodies[0]["reasoning_effort"] == "low" and bodies[0]["max_tokens"] == 777
+    assert bodies[0]["chat_template_kwargs"] == {"enable_thinking": True}
+
+
+def test_run_checks_the_model_key_before_any_chamber_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    code = bench_cli.main(["run", "--model", "claude-sonnet-4-5", "--runs-dir", str(tmp_path), "--json"])
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and err["type"] == "MissingApiKey" and not list(tmp_path.iterdir())
+
+
+def test_matrix_exits_non_zero_when_cells_end_in_engine_error(tmp_path, capsys):
+    from conformance_server import Reply, replay
+
+    shared_path("datasheets", "DPS310.pdf")
+    with replay([Reply(BAD_REQUEST, 400)]) as (url, _):
+        code = bench_cli.main(["matrix", "--models", f"openai-compat:{url}/v1#m", "--claims",
+                               "dps310-pressure-rate-range", "--out", str(tmp_path / "m"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["run"]["engine_errors"]

@@ -157,3 +157,37 @@ def test_cli_score_and_report_json(claims, datasheets, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["report"].endswith("report.md")
     assert bench_cli.main(["score", str(tmp_path / "nothing-here"), "--json"]) == 2
     assert "error" in json.loads(capsys.readouterr().out)
+
+
+class _Flaky:
+    """A model client that fails with HTTP 500 while `broken[0]` is true, then behaves like closed-book."""
+
+    provider, transport, model = "scripted", "in-process", "scripted:closed-book"
+
+    def __init__(self, broken: list[bool]) -> None:
+        self.broken = broken
+        self.inner = ScriptedClient(policy_named("closed-book"), model="scripted:closed-book")
+
+    def complete(self, request):
+        from agent.models.base import ModelError
+
+        if self.broken[0]:
+            raise ModelError("http", "HTTP 500: upstream broke", http_status=500, request_id="req_x")
+        return self.inner.complete(request)
+
+
+def test_matrix_retries_engine_error_cells_on_resume_up_to_a_cap(claims, datasheets, tmp_path):
+    broken = [True]
+    cells = plan(["scripted:closed-book"], [CLAIM], 1, ["normal"])
+    kw = dict(claims=claims, out=tmp_path, datasheets_dir=datasheets, client_factory=lambda s: _Flaky(broken),
+              clock=clock(), engine_error_retries=1)
+    first = run_matrix(cells, **kw)
+    assert first["engine_errors"] == [cells[0].run_id]
+    second = run_matrix(cells, **kw)  # still broken: retried once (the cap), then kept
+    assert second.get("retried_engine_error") == 1 and second["engine_errors"] == [cells[0].run_id]
+    broken[0] = False
+    third = run_matrix(cells, **kw)  # the cap is used up: the engine_error record is kept
+    assert third.get("skipped") == 1 and third["engine_errors"] == [cells[0].run_id]
+    assert len(list((tmp_path / "retired").glob("*.jsonl"))) == 1
+    fourth = run_matrix(cells, **{**kw, "engine_error_retries": 3})
+    assert fourth.get("retried_engine_error") == 1 and fourth["engine_errors"] == []

@@ -43,6 +43,33 @@ def plan(models: list[str], claim_ids: list[str], repeats: int, arms: list[str])
     return [MatrixCell(c, m, a, r) for m in models for a in arms for c in claim_ids for r in range(1, repeats + 1)]
 
 
+def _outcome(record: Path) -> str | None:
+    """The run_end outcome of a record, or None when it has no run_end (cut short)."""
+    try:
+        lines = [ln for ln in record.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        last = json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        return None
+    return last.get("outcome") if last.get("kind") == "run_end" else None
+
+
+def _retire(cells_dir: Path, run_id: str) -> int:
+    """Move an engine_error record (and its blobs) to `<out>/retired/<run_id>.<n>.*` so a resume can run the
+    cell again while the failed attempt stays on disk for audit; returns how many attempts are retired now."""
+    retired = cells_dir.parent / "retired"
+    retired.mkdir(exist_ok=True)
+    n = len(list(retired.glob(f"{run_id}.*.jsonl"))) + 1
+    (cells_dir / f"{run_id}.jsonl").rename(retired / f"{run_id}.{n}.jsonl")
+    blobs = cells_dir / f"{run_id}.blobs"
+    if blobs.exists():
+        blobs.rename(retired / f"{run_id}.{n}.blobs")
+    return n
+
+
+def retired_attempts(out: Path, run_id: str) -> int:
+    return len(list((Path(out) / "retired").glob(f"{run_id}.*.jsonl")))
+
+
 def _complete(record: Path) -> bool:
     """Does the record end with a run_end event (a finished cell)?"""
     try:
@@ -73,8 +100,13 @@ def run_matrix(
     sleep: Callable[[float], None] | None = None,
     decoy_for: Callable[[Any], Path] | None = None,
     progress: Callable[[str], None] | None = None,
+    engine_error_retries: int = 2,
 ) -> dict[str, Any]:
-    """Run every cell not already recorded under `out`; returns counts of what ran, was skipped or failed."""
+    """Run every cell not already recorded under `out`; returns counts of what ran, was skipped or failed.
+
+    A finished cell is kept, except one that ended in engine_error (an HTTP failure, a provider fault — not
+    the model's doing): a resume runs it again, up to `engine_error_retries` times, the failed attempts moved
+    to `<out>/retired/`. `engine_errors` in the result lists the cells whose latest record is engine_error."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     missing = sorted({c.claim_id for c in cells} - set(claims))
@@ -91,6 +123,11 @@ def run_matrix(
     for cell in cells:
         record = cells_dir / f"{cell.run_id}.jsonl"
         if record.exists() and _complete(record):
+            if _outcome(record) == "engine_error" and retired_attempts(out, cell.run_id) < engine_error_retries:
+                _retire(cells_dir, cell.run_id)
+                status["retried_engine_error"] += 1
+                todo.append(cell)
+                continue
             status["skipped"] += 1
             continue
         if record.exists():  # cut short earlier: discard and run again
@@ -127,4 +164,6 @@ def run_matrix(
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         list(pool.map(one, todo))
-    return {"planned": len(cells), **dict(status), "failures": failures}
+    engine_errors = sorted(c.run_id for c in cells
+                           if _outcome(cells_dir / f"{c.run_id}.jsonl") == "engine_error")
+    return {"planned": len(cells), **dict(status), "failures": failures, "engine_errors": engine_errors}
