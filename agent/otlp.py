@@ -44,6 +44,16 @@ def _attrs(pairs: dict[str, Any]) -> list[dict[str, Any]]:
     return [_attr(k, v) for k, v in pairs.items() if v is not None]
 
 
+def _turn_error_type(e: Any) -> str | None:
+    """OTel `error.type` of a failed chat span: the HTTP status, else the failure kind of the last attempt."""
+    if e.stop_reason is not None:
+        return None
+    if e.http_status:
+        return str(e.http_status)
+    last = e.errors[-1] if e.errors else ""
+    return last.split(":", 1)[0].split(" ", 1)[0] or "_OTHER"
+
+
 def record_to_otlp(events: list[Any], *, include_content: bool = True) -> dict[str, Any]:
     """Typed record events → one OTLP/JSON `ExportTraceServiceRequest` object."""
     start = next(e for e in events if e.kind == "run_start")
@@ -90,7 +100,7 @@ def record_to_otlp(events: list[Any], *, include_content: bool = True) -> dict[s
                 "traceId": trace_id, "spanId": span_id, "parentSpanId": root_id,
                 "name": f"chat {start.model}", "kind": 3,  # CLIENT
                 "startTimeUnixNano": _ns(e.t - e.latency_ms / 1000.0), "endTimeUnixNano": _ns(e.t),
-                "attributes": _attrs(attrs),
+                "attributes": _attrs({**attrs, "error.type": _turn_error_type(e)}),
                 "status": {"code": 2, "message": "; ".join(e.errors)} if e.stop_reason is None else {"code": 1},
             })
         elif e.kind == "tool_call":
@@ -112,9 +122,15 @@ def record_to_otlp(events: list[Any], *, include_content: bool = True) -> dict[s
                 args = json.dumps(e.arguments, ensure_ascii=False)
                 attrs.update({"gen_ai.tool.call.arguments": args, "gen_ai.tool.call.result": e.output_text,
                               "input.value": args, "output.value": e.output_text})
+            # Cut output is flagged, never silent: the kept and whole sizes, and the blob holding all of it.
+            attrs["chamberlab.tool.output_truncated"] = e.output_kept_bytes < e.output_bytes
+            attrs["chamberlab.tool.output_kept_bytes"] = e.output_kept_bytes
+            attrs["chamberlab.tool.blob"] = e.blob
+            # A tool runs after the model turn that asked for it has ended, so it is the agent's child (a
+            # sibling of that chat span), not a child that would start after its parent ended.
             spans.append({
                 "traceId": trace_id, "spanId": _id(run_id, f"tool/{e.tool_call_id}/{e.seq}", 8),
-                "parentSpanId": turn_spans.get(e.turn, root_id),
+                "parentSpanId": root_id,
                 "name": f"execute_tool {e.tool}", "kind": 1,  # INTERNAL
                 "startTimeUnixNano": _ns(e.start), "endTimeUnixNano": _ns(e.end),
                 "attributes": _attrs(attrs),

@@ -101,9 +101,28 @@ def test_otlp_export_carries_genai_and_openinference_attributes(tmp_path):
     assert attrs[0]["openinference.span.kind"] == {"stringValue": "AGENT"}
     assert turn["parentSpanId"] == root["spanId"] and attrs[1]["gen_ai.usage.input_tokens"] == {"intValue": "10"}
     assert attrs[1]["llm.token_count.total"] == {"intValue": "13"}
-    assert tool["name"] == "execute_tool search_text" and tool["parentSpanId"] == turn["spanId"]
+    # the tool runs after its chat span ended: a sibling under the agent span, never a child outliving its parent
+    assert tool["name"] == "execute_tool search_text" and tool["parentSpanId"] == root["spanId"]
+    assert attrs[2]["chamberlab.tool.output_truncated"] == {"boolValue": False}
     assert attrs[2]["gen_ai.tool.call.id"] == {"stringValue": "t1"}
     assert attrs[2]["openinference.span.kind"] == {"stringValue": "TOOL"}
     assert attrs[2]["tool.name"] == {"stringValue": "search_text"}
     assert len({s["traceId"] for s in spans}) == 1 and len(root["traceId"]) == 32
     assert int(tool["endTimeUnixNano"]) - int(tool["startTimeUnixNano"]) == 500_000_000
+
+
+def test_otlp_flags_a_cut_tool_output_and_types_a_failed_turn(tmp_path):
+    from agent.record import Attempt, ModelTurnEvent, ToolCallEvent
+
+    events = validate_record(_write_run(tmp_path))
+    tool = next(e for e in events if e.kind == "tool_call")
+    cut = ToolCallEvent(**{**tool.model_dump(), "output_bytes": 9000, "output_kept_bytes": 4096})
+    failed = ModelTurnEvent(run_id=tool.run_id, seq=99, t=tool.t, turn=1, phase="extraction", offered_tools=[],
+                            tool_choice="auto", stop_reason=None, latency_ms=5.0, http_status=529,
+                            attempts=[Attempt(latency_ms=5.0, http_status=529, error="http HTTP 529: Overloaded")],
+                            errors=["http HTTP 529: Overloaded"])
+    spans = record_to_otlp([events[0], failed, cut, events[-1]])["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    attrs = [{a["key"]: a["value"] for a in s["attributes"]} for s in spans]
+    assert attrs[1]["error.type"] == {"stringValue": "529"} and spans[1]["status"]["code"] == 2
+    assert attrs[2]["chamberlab.tool.output_truncated"] == {"boolValue": True}
+    assert attrs[2]["chamberlab.tool.output_kept_bytes"] == {"intValue": "4096"}
