@@ -103,11 +103,13 @@ def _register_sim_serve(sim_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=["pty", "tcp"], default="pty")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--params", type=Path, help="YAML/JSON file of physics parameters")
-    p.add_argument("--pace", choices=["real", "unthrottled"], default="unthrottled",
-                   help="rows at the real board's rate (model.rows_per_second) or as fast as possible")
+    p.add_argument("--pace", choices=["real", "fast"], default="real",
+                   help="real: the real board's boot, row, motor and ACK timings (default, like a real chamber); "
+                        "fast: no time for anything, for tests (see FIDELITY in simulator/board_protocol.py)")
     p.add_argument("--host", default="127.0.0.1", help="TCP bind address")
     p.add_argument("--tcp-port", type=int, default=0, help="TCP port (0: any free port)")
-    p.add_argument("--window", type=int, default=512, help="board data segments in flight (1 = stop-and-wait)")
+    p.add_argument("--window", type=int, default=1,
+                   help="board data segments in flight (1 = stop-and-wait, as the real firmware; more is faster)")
     p.add_argument("--faults", help="JSON object of test fault switches (simulator.board_protocol.BoardFaults)")
     p.set_defaults(handler=_sim_serve)
 
@@ -137,7 +139,7 @@ def _sim_serve(args: argparse.Namespace) -> int:
         except (ValueError, TypeError) as exc:
             raise CliError(f"--faults: expected a JSON object of BoardFaults fields: {exc}") from exc
     board = make_board(args.chamber, transport=args.transport, seed=args.seed, config=args.config,
-                       params=_read_mapping(args.params), faults=faults, pace="real" if args.pace == "real" else "fast",
+                       params=_read_mapping(args.params), faults=faults, pace=args.pace,
                        window=args.window, host=args.host, port=args.tcp_port)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

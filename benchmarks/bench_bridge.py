@@ -97,7 +97,7 @@ def _pty_round(chamber: str, n: int, msrs: int) -> tuple[float, list[float], int
     faults = json.dumps({"raw_burst_bytes": burst})
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench_cli.py"), "sim", "serve", "--chamber", chamber, "--transport", "pty",
-         "--faults", faults],
+         "--pace", "fast", "--window", "16", "--faults", faults],  # the host's speed, not the board's
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         url = proc.stdout.readline().strip()

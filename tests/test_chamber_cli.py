@@ -29,7 +29,7 @@ def served_board(request):
     """`python bench_cli.py sim serve` in a subprocess; yields the URL from its first stdout line."""
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench_cli.py"), "sim", "serve", "--chamber", "wt", "--transport", request.param,
-         "--seed", "3"],
+         "--seed", "3", "--pace", "fast"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
