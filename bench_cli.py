@@ -212,7 +212,18 @@ def add_chamber_commands(sub: argparse._SubParsersAction) -> None:
     _chamber_target_args(measure)
     measure.add_argument("-n", type=int, required=True, help="number of rows")
     measure.add_argument("--set", action="append", metavar="VAR=VALUE", help="a setting applied before measuring")
+    _operator_args(measure)
     measure.set_defaults(handler=_chamber_measure)
+    run = command(chamber_sub, "run", "run an experiment protocol file (the chamber authors' language) into a CSV "
+                                      "in the public dataset layout")
+    run.add_argument("protocol", type=Path, help="protocol file: SET/MSR/WAIT/WAIT_INPUT/RST lines, # comments")
+    _chamber_target_args(run)
+    run.add_argument("-o", "--output", type=Path, default=None,
+                     help="CSV to write (default: <protocol name>_<UTC time>.csv here)")
+    run.add_argument("--validate-only", action="store_true",
+                     help="check the protocol against the catalogue of --chamber/--config (and --limits) offline")
+    _operator_args(run)
+    run.set_defaults(handler=_chamber_run)
 
 
 def _chamber_target_args(p: argparse.ArgumentParser) -> None:
@@ -224,6 +235,53 @@ def _chamber_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", type=Path, help="(sim backend) YAML/JSON physics parameters")
     p.add_argument("--limits", type=Path, help="operator limits file (YAML or JSON)")
     p.add_argument("--boot-timeout", type=float, default=6.0, help="seconds to wait for the board's announcement")
+
+
+def _operator_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--safe", type=Path, default=None,
+                   help="safe-state settings file (YAML/JSON {wt: {...}, lt: {...}}) applied on every exit; "
+                        "default: the limits file's safe: section, else fans off, LEDs off")
+    p.add_argument("--chunk", type=int, default=25,
+                   help="longest MSR sent at once (a longer one is split so it can report progress and stop)")
+
+
+class RowProgress:
+    """Rows done, rate and ETA on stderr: one redrawn line on a terminal, else a line at most every `every` s."""
+
+    def __init__(self, label: str, every: float = 2.0) -> None:
+        import time
+
+        self.label, self.every = label, every
+        self.tty = sys.stderr.isatty()
+        self._clock = time.monotonic
+        self._last = -1e9
+        self._final_shown = False
+
+    def __call__(self, p: Any) -> None:
+        now = self._clock()
+        final = p.rows_done >= p.rows_total
+        due = now - self._last >= (0.2 if self.tty else self.every) or p.waiting_s > 0  # a long WAIT: say so
+        if final and self._final_shown or not final and not due:
+            return
+        self._final_shown = final
+        self._last = now
+        line = f"{self.label}: {p.render()}"
+        sys.stderr.write(("\r" + line[:150].ljust(150) + ("\n" if final else "")) if self.tty else line + "\n")
+        sys.stderr.flush()
+
+
+def _safe_state_for(args: argparse.Namespace) -> Any:
+    from chamber.limits import load_limits
+    from chamber.safe_state import resolve_safe_state
+
+    limits = load_limits(args.limits) if getattr(args, "limits", None) else None
+    return resolve_safe_state(getattr(args, "safe", None), limits)
+
+
+def _render_safe(outcomes: list[dict[str, Any]]) -> str:
+    return "; ".join(f"safe state {o['chamber']}: " + (f"FAILED ({o['error']})" if o["error"] else
+                     ", ".join(f"{k}={v:g}" for k, v in o["applied"].items()) or "nothing to set")
+                     for o in outcomes)
 
 
 def _open_chamber_from_args(args: argparse.Namespace) -> Any:
@@ -259,23 +317,108 @@ def _chamber_info(args: argparse.Namespace) -> int:
 
 
 def _chamber_measure(args: argparse.Namespace) -> int:
+    from chamber.protocol_runner import measure_rows
+    from chamber.safe_state import apply_safe_state, check_safe_state
+    from chamber.stop import stop_on_signals
+
     if args.n < 1:
         raise CliError(f"-n: expected a positive number of rows, got {args.n}")
     settings = dict(parse_assignments(args.set))
-    with _open_chamber_from_args(args) as chamber:
-        applied = chamber.set_many(settings)
-        frame = chamber.measure(args.n)
-    rows = [[None if v != v else float(v) for v in row] for row in frame.values.tolist()]
-    data = {"config": frame.config, "variables": list(frame.names), "rows": rows, "link": frame.link,
-            "applied": applied, "host_timestamps": frame.host_timestamps.tolist(), "reconnected": frame.reconnected}
+    safe = _safe_state_for(args)
+    with stop_on_signals() as stop:
+        chamber = _open_chamber_from_args(args)
+        try:
+            check_safe_state(chamber, safe)
+            applied = chamber.set_many(settings)
+            frame, interrupted = measure_rows(chamber, args.n, on_progress=RowProgress("measure"), stop=stop,
+                                              chunk_rows=args.chunk)
+        finally:
+            safe_outcome = apply_safe_state(chamber, safe).to_dict()
+            chamber.close()
+    names = list(frame.names) if frame is not None else list(chamber.layout.names)
+    rows = [[None if v != v else float(v) for v in row] for row in frame.values.tolist()] if frame is not None else []
+    data = {"config": chamber.config, "variables": names, "rows": rows,
+            "link": frame.link if frame is not None else chamber.link_stats(), "applied": applied,
+            "host_timestamps": frame.host_timestamps.tolist() if frame is not None else [],
+            "reconnected": bool(frame is not None and frame.reconnected), "interrupted": interrupted,
+            "safe_state": safe_outcome}
 
     def render(d: dict[str, Any]) -> str:
         head = ",".join(d["variables"])
         body = [",".join("" if v is None else f"{v:g}" for v in row) for row in d["rows"]]
+        if d["interrupted"]:
+            progress(args, f"interrupted after {len(d['rows'])} of {args.n} rows (all kept)")
+        progress(args, _render_safe([d["safe_state"]]))
         return "\n".join([head, *body])
 
     emit(args, data, render)
-    return 0
+    return 130 if interrupted else 0
+
+
+def _chamber_run(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from chamber.catalogue import VariableCatalogue
+    from chamber.limits import load_limits
+    from chamber.protocol_language import load_protocol, validate_protocol
+    from chamber.protocol_runner import format_duration, run_protocol
+    from chamber.public_csv import PublicCsvWriter
+    from chamber.safe_state import apply_safe_state, check_safe_state
+    from chamber.stop import stop_on_signals
+    from firmware_bridge.variables import layout_for
+
+    protocol = load_protocol(args.protocol)  # every syntax error, before the port is even opened
+    if args.validate_only:
+        limits = load_limits(args.limits) if args.limits else None
+        layout = layout_for(args.chamber, args.config)
+        part = limits.for_chamber(args.chamber) if limits is not None else None
+        if part is not None:
+            part.check_against(layout)
+        validate_protocol(protocol, VariableCatalogue(layout, part))
+        data = {"protocol": str(args.protocol), "chamber": args.chamber, "config": args.config, "valid": True,
+                "instructions": len(protocol.instructions), "rows": protocol.rows,
+                "wait_s": protocol.wait_ms / 1000, "variables_set": list(protocol.variables_set())}
+        emit(args, data, lambda d: (f"{d['protocol']}: valid for {d['chamber']}/{d['config']}: "
+                                    f"{d['instructions']} instructions, {d['rows']} rows, "
+                                    f"{format_duration(d['wait_s'])} of WAIT"))
+        return 0
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    output = args.output or Path(f"{args.protocol.stem}_{stamp}.csv")
+    safe = _safe_state_for(args)
+
+    def ask(prompt: str) -> None:
+        sys.stderr.write(prompt + " [Enter] ")
+        sys.stderr.flush()
+        if not sys.stdin.readline():
+            raise CliError(f"WAIT_INPUT {prompt!r} needs an operator at the terminal, but stdin is closed")
+
+    with stop_on_signals() as stop:
+        chamber = _open_chamber_from_args(args)
+        try:
+            check_safe_state(chamber, safe)
+            validate_protocol(protocol, chamber.catalogue)  # every refusal, before a byte is sent or a file made
+            progress(args, f"running {args.protocol} on {chamber.layout.chamber}/{chamber.config}: "
+                           f"{len(protocol.instructions)} instructions, {protocol.rows} rows, "
+                           f"{format_duration(protocol.wait_ms / 1000)} of WAIT -> {output} (Ctrl-C stops after the current row)")
+            with open(output, "w", encoding="utf-8", newline="") as fh:
+                writer = PublicCsvWriter(fh, chamber.layout.names)
+                outcome = run_protocol(chamber, protocol, on_frame=writer.write_frame, stop=stop, ask=ask,
+                                       on_progress=RowProgress(args.protocol.stem), chunk_rows=args.chunk)
+        finally:
+            safe_outcome = apply_safe_state(chamber, safe).to_dict()
+            chamber.close()
+    data = {**outcome.to_dict(), "output": str(output), "safe_state": safe_outcome, "safe_source": safe.source}
+
+    def render(d: dict[str, Any]) -> str:
+        state = ("INTERRUPTED at line " + str(d["stopped_at_line"]) if d["interrupted"] else
+                 f"FAILED at line {d['stopped_at_line']}: {d['error']['type']}: {d['error']['message']}"
+                 if d["error"] else "done")
+        return "\n".join([f"{d['protocol']}: {state}; {d['rows']}/{d['rows_total']} rows in {d['seconds']:.1f} s "
+                          f"({d['instructions_done']}/{d['instructions_total']} instructions)",
+                          f"csv: {d['output']}", _render_safe([d["safe_state"]])])
+
+    emit(args, data, render)
+    return 2 if outcome.error else 130 if outcome.interrupted else 0
 
 
 # ----------------------------------------------------------------------------------------------- section: datasheet

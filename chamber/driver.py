@@ -29,7 +29,8 @@ class Chamber:
     def __init__(self, backend: Backend, *, limits: OperatorLimits | dict | str | None = None,
                  backoff: Iterable[float] = DEFAULT_BACKOFF, sleep: Callable[[float], None] = time.sleep):
         self.backend = backend
-        self.limits: OperatorLimits | None = as_limits(limits)
+        self._limits_given: OperatorLimits | None = as_limits(limits)
+        self.limits: OperatorLimits | None = self._limits_given  # after connect: the part for this chamber
         self._backoff = tuple(backoff)
         self._sleep = sleep
         self._boot: BootInfo | None = None
@@ -54,11 +55,14 @@ class Chamber:
 
     def _install(self, boot: BootInfo) -> None:
         layout = layout_from_names(boot.config, boot.names)
-        if self.limits is not None:
-            self.limits.check_against(layout)
+        limits = self._limits_given
+        if limits is not None:
+            limits.check_against(layout)
+            limits = limits.for_chamber(layout.chamber)  # a two-chamber file: this chamber's part (or none)
         self._boot = boot
         self._layout = layout
-        self._catalogue = VariableCatalogue(layout, self.limits)
+        self.limits = limits
+        self._catalogue = VariableCatalogue(layout, limits)
 
     @property
     def layout(self) -> Layout:

@@ -8,6 +8,10 @@ Why a file, validated: the lab decides (for example) that the hatch only moves 0
       hatch: {min: 0, max: 45}
       load_in: {min: 0, max: 1}
       osr_upwind: {allowed: [1, 8]}
+      safe: {load_in: 0, load_out: 0}      # the state every command leaves the chamber in (chamber/safe_state.py)
+
+One file may cover both chambers: top-level keys `wt` and `lt`, each holding `variables` (and `safe`) as above.
+A bound must be a finite number: NaN compares false with everything, so a NaN bound would let every value pass.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from firmware_bridge.variables import Kind, Layout
 
 
 class VariableLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min: float | None = None
     max: float | None = None
@@ -59,22 +63,79 @@ class VariableLimit(BaseModel):
 
 
 class OperatorLimits(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Limits of one chamber (`chamber`, `variables`, `safe`), or of both (`per_chamber`, from top-level wt/lt keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     chamber: Literal["wt", "lt"] | None = None
     variables: dict[str, VariableLimit] = {}
+    safe: dict[str, float] | None = None
+    per_chamber: dict[Literal["wt", "lt"], "OperatorLimits"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _both_chambers(cls, data: Any) -> Any:
+        """`{wt: {...}, lt: {...}}` is the two-chamber form; each part names its chamber implicitly."""
+        if isinstance(data, dict) and data and set(data) <= {"wt", "lt"}:
+            parts = {}
+            for kind, part in data.items():
+                part = dict(part or {})
+                if part.get("chamber") not in (None, kind):
+                    raise ValueError(f"section {kind!r} says chamber {part['chamber']!r}")
+                part["chamber"] = kind
+                parts[kind] = part
+            return {"per_chamber": parts}
+        return data
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "OperatorLimits":
+        if self.per_chamber is not None and (self.chamber is not None or self.variables or self.safe is not None):
+            raise ValueError("give either top-level wt/lt sections or one chamber's chamber/variables/safe, not both")
+        return self
+
+    @property
+    def chambers(self) -> tuple[str, ...]:
+        """The chambers this file names (empty: it applies to whichever chamber is connected)."""
+        if self.per_chamber is not None:
+            return tuple(self.per_chamber)
+        return (self.chamber,) if self.chamber else ()
+
+    def for_chamber(self, kind: str) -> "OperatorLimits | None":
+        """The limits that apply to a board of this kind (None: this file says nothing about that chamber)."""
+        if self.per_chamber is not None:
+            return self.per_chamber.get(kind)  # type: ignore[call-overload]
+        return self if self.chamber in (None, kind) else None
+
+    def covering(self) -> "OperatorLimits":
+        """The same limits as a two-chamber file, so that one file for one chamber can be given while both are
+        connected (the other chamber then has no operator limits). A file naming no chamber applies to both."""
+        if self.per_chamber is not None or self.chamber is None:
+            return self
+        return OperatorLimits(per_chamber={self.chamber: self})
 
     def for_variable(self, name: str) -> VariableLimit | None:
+        if self.per_chamber is not None:
+            raise LimitsError("a two-chamber limits file has no single rule per variable; use for_chamber(kind) first")
         return self.variables.get(name)
 
     def check_against(self, layout: Layout) -> None:
         """Refuse limits for a different chamber or for variables the board does not let the host set."""
+        if self.per_chamber is not None:
+            part = self.per_chamber.get(layout.chamber)  # type: ignore[call-overload]
+            if part is not None:
+                part.check_against(layout)
+            return
         if self.chamber is not None and self.chamber != layout.chamber:
             raise LimitsError(f"limits are for chamber {self.chamber!r}, but the board is {layout.chamber!r}")
-        for name in self.variables:
-            variable = layout.get(name)
-            if variable is None or (variable.kind is Kind.BOOKKEEPING and name != "flag"):
-                raise LimitsError(f"limits name {name!r}, expected a settable variable of {layout.chamber}/{layout.config}")
+        for what, names in (("limits name", self.variables), ("the safe state names", self.safe or {})):
+            for name in names:
+                variable = layout.get(name)
+                if variable is None or (variable.kind is Kind.BOOKKEEPING and name != "flag"):
+                    raise LimitsError(f"{what} {name!r}, expected a settable variable of {layout.chamber}/{layout.config}")
+        for name, value in (self.safe or {}).items():
+            limit = self.variables.get(name)
+            if limit is not None and not limit.accepts(value):
+                raise LimitsError(f"the safe state sets {name}={value:g}, outside its own limit {limit.describe()}")
 
 
 def parse_limits(data: Any, source: str = "limits") -> OperatorLimits:

@@ -96,8 +96,9 @@ def _limits_by_kind(limits: Any, kinds: list[str]) -> dict[str, list[OperatorLim
         return out
     parsed = as_limits(limits)  # type: ignore[arg-type]
     for kind in kinds:
-        if parsed is not None and parsed.chamber in (None, kind):
-            out[kind].append(parsed)
+        part = parsed.for_chamber(kind) if parsed is not None else None  # one file may cover both chambers
+        if part is not None:
+            out[kind].append(part)
     return out
 
 

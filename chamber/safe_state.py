@@ -1,0 +1,146 @@
+"""The safe state: the settings every command leaves a chamber in, however it ends.
+
+Why: a protocol ends wherever its last step left the fans, hatch and LEDs; a run stopped with Ctrl-C or by a
+lost link ends anywhere. An unattended chamber should not keep its fans at full load or its LEDs lit. The safe
+state is applied on every exit path of `run`, `check`, `chamber run/shell/measure` and `serve`.
+
+Where it comes from, first match wins: a `--safe` settings file, the operator limits file's `safe:` section for
+that chamber, else the default below (fans off, LEDs off). A `--safe` file is YAML or JSON by chamber:
+
+    wt: {load_in: 0, load_out: 0, hatch: 0}
+    lt: {red: 0, green: 0, blue: 0}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from chamber.errors import ChamberError, ChamberHalted, InvalidSetting, LimitsError
+from chamber.limits import OperatorLimits
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SAFE: dict[str, dict[str, float]] = {
+    "wt": {"load_in": 0.0, "load_out": 0.0},
+    "lt": {"red": 0.0, "green": 0.0, "blue": 0.0},  # all three: an unset colour reaches the LEDs as 241
+}
+"""Fans off (0 % PWM on both fans), LEDs off. Everything else stays as it was."""
+
+
+@dataclass(frozen=True)
+class SafeState:
+    """Settings by chamber kind, and where they came from (for the summary)."""
+
+    settings: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: DEFAULT_SAFE)
+    source: str = "default (fans off, LEDs off)"
+
+    def for_chamber(self, kind: str) -> dict[str, float]:
+        return dict(self.settings.get(kind, {}))
+
+
+def parse_safe_state(data: Any, source: str) -> SafeState:
+    if not isinstance(data, Mapping) or not data or not set(data) <= {"wt", "lt"}:
+        raise LimitsError(f"{source}: expected a mapping with keys wt and/or lt, each {{variable: value}}; "
+                          f"received {data!r:.120}")
+    settings: dict[str, dict[str, float]] = {}
+    for kind, values in data.items():
+        if not isinstance(values, Mapping):
+            raise LimitsError(f"{source}: {kind}: expected {{variable: value}}, received {values!r:.80}")
+        settings[kind] = {}
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+                raise LimitsError(f"{source}: {kind}.{name}: expected a finite number, received {value!r}")
+            settings[kind][str(name)] = float(value)
+    return SafeState(settings, source)
+
+
+def load_safe_state(path: str | Path) -> SafeState:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise LimitsError(f"{path}: not valid YAML/JSON: {exc}") from exc
+    return parse_safe_state(data, str(path))
+
+
+def resolve_safe_state(safe_file: str | Path | None = None, limits: OperatorLimits | None = None) -> SafeState:
+    """The --safe file, else the limits file's safe sections (per chamber, default for a chamber it omits), else
+    the default."""
+    if safe_file is not None:
+        return load_safe_state(safe_file)
+    if limits is not None:
+        settings = dict(DEFAULT_SAFE)
+        named = False
+        for kind in ("wt", "lt"):
+            part = limits.for_chamber(kind)
+            if part is not None and part.safe is not None:
+                settings[kind] = dict(part.safe)
+                named = True
+        if named:
+            return SafeState(settings, "operator limits file (safe:)")
+    return SafeState()
+
+
+@dataclass(frozen=True)
+class SafeOutcome:
+    """What applying the safe state did on one chamber: the settings applied, and the error if it failed."""
+
+    chamber: str
+    applied: dict[str, float]
+    error: str | None = None
+    reset_first: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chamber": self.chamber, "applied": self.applied, "error": self.error, "reset_first": self.reset_first}
+
+
+def check_safe_state(chamber: Any, safe: SafeState) -> None:
+    """Validate the safe settings against the connected chamber before any work, so that a typo in them is found
+    at the start, not at the exit. InvalidSetting names the setting."""
+    for name, value in safe.for_chamber(chamber.layout.chamber).items():
+        try:
+            chamber.catalogue.validate(name, value)
+        except InvalidSetting as exc:
+            raise InvalidSetting(name, value, f"{exc.expected} (safe state from {safe.source})") from None
+
+
+def apply_safe_state(chamber: Any, safe: SafeState) -> SafeOutcome:
+    """Best effort, never raises (it runs on exit paths, where the original error matters more): a halted board is
+    reset first; a lost link is reconnected by the driver's own back-off."""
+    try:
+        kind = chamber.layout.chamber
+    except ChamberError as exc:
+        return SafeOutcome("?", {}, f"{type(exc).__name__}: {exc}")
+    settings = safe.for_chamber(kind)
+    applied: dict[str, float] = {}
+    reset_first = False
+    try:
+        try:
+            applied = chamber.set_many(settings)
+        except ChamberHalted:
+            reset_first = True
+            chamber.reset()
+            applied = chamber.set_many(settings)
+    except Exception as exc:  # reported in the summary; the exit path goes on to close the port
+        log.warning("could not apply the safe state on %s: %s", kind, exc)
+        return SafeOutcome(kind, applied, f"{type(exc).__name__}: {exc}", reset_first)
+    return SafeOutcome(kind, applied, None, reset_first)
+
+
+def make_safe_and_close(chambers: Mapping[str, Any], safe: SafeState) -> list[SafeOutcome]:
+    """Apply the safe state to every chamber, then close each; returns what happened, chamber by chamber."""
+    outcomes = []
+    for chamber in chambers.values():
+        outcomes.append(apply_safe_state(chamber, safe))
+        try:
+            chamber.close()
+        except Exception:  # closing is best effort
+            log.debug("closing chamber failed", exc_info=True)
+    return outcomes

@@ -1,0 +1,76 @@
+"""A stop request an operator makes with Ctrl-C or SIGTERM, turned into a flag that long steps poll.
+
+Why a flag and not an exception: a protocol run must stop *between* rows, keep every row received, leave the
+chamber in its safe state and still print its summary. An exception raised inside a half-read MSR would lose
+the rows in flight and could leave the link mid-packet. The first signal sets the flag; a second one (the
+operator insists) raises KeyboardInterrupt at once, and the exit paths still apply the safe state.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequest:
+    """Set once; `wait(seconds)` is a pause that ends early when a stop is requested (returns True then)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_name: str | None = None
+
+    def request(self, reason: str = "requested") -> None:
+        if self.signal_name is None:
+            self.signal_name = reason
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        return self._event.wait(max(0.0, seconds))
+
+
+@contextmanager
+def stop_on_signals(stop: StopRequest | None = None) -> Iterator[StopRequest]:
+    """While inside: SIGINT/SIGTERM request a stop (the second one raises KeyboardInterrupt). Handlers are
+    restored on exit. Outside the main thread (signals cannot be caught there) the request is only programmatic."""
+    stop = stop or StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        if stop.requested:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+        stop.request(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so `finally` blocks (safe state, run
+    index) run instead of the process dying where it stands."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
