@@ -724,15 +724,14 @@ def add_verdict_commands(sub: argparse._SubParsersAction) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from calibration.cross_sensor import measure_cross_sensor_offsets
     from calibration.records import record_from_calibration, save_record
+    from protocols.runner import calibrate
 
     chambers = open_selected_chambers(args)
     try:
         if "wt" not in chambers:
             raise CliError("calibration needs the wind tunnel; connected: " + ", ".join(chambers))
-        progress(args, f"calibrating: fans off, OSR {args.osr}, {args.n} rows")
-        cal = measure_cross_sensor_offsets(chambers["wt"], n=args.n, osr=args.osr)
+        cal = calibrate(chambers["wt"], n=args.n, osr=args.osr, progress=lambda m: progress(args, m))
     finally:
         close_chambers(chambers)
     record = record_from_calibration(cal, date=datetime.now(timezone.utc))
@@ -754,20 +753,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def run_checks(claims: list[Any], chambers: dict[str, Any], *, rows: int, calibration: Any = None,
                report: Callable[[str], None] = lambda m: None, station: Any = None) -> list[Any]:
-    """Grade claims in order; calibrates the wind tunnel first when one is connected and no record was given."""
-    from calibration.cross_sensor import measure_cross_sensor_offsets
-    from protocols.registry import ProtocolContext, check_claim
+    """Grade claims as one planned batch (protocols/runner.py); the wind tunnel is calibrated in the same plan
+    when one is connected and no record was given."""
+    from protocols.runner import ProtocolContext, run_batch
 
-    if calibration is None and "wt" in chambers:
-        report("calibrating the four DPS310s (fans off)")
-        calibration = measure_cross_sensor_offsets(chambers["wt"], n=rows)
     context = ProtocolContext(chambers=chambers, calibration=calibration, rows=rows, progress=report,
                               station=station)
-    results = []
-    for i, claim in enumerate(claims, 1):
-        report(f"[{i}/{len(claims)}] {claim.id}")
-        results.append(check_claim(claim, context))
-    return results
+    return run_batch(claims, context, calibrate=True).results
 
 
 def render_check_table(results: list[dict[str, Any]]) -> str:
@@ -852,14 +844,12 @@ def _sweep_measurement(args: argparse.Namespace, claim: Any) -> Any:
             raise CliError(f"--recording gives the four-barometer mean (fans off), which measures "
                            f"dps310-operating-range; {claim.id} uses protocol {claim.protocol!r}. "
                            "Give --measured/--u, or measure live with --backend sim / --port URL")
-        from calibration.cross_sensor import BAROMETERS, compute_cross_sensor
-        from protocols.measurement import Measurement
+        from calibration.cross_sensor import BAROMETERS
+        from protocols.runner import operating_range_from_columns
         from simulator.replay import read_recording
 
         rec = read_recording(Path(args.recording))
-        readings = {b: rec.column(b) for b in BAROMETERS}
-        cal = compute_cross_sensor(readings, chamber="wt", config=rec.layout.config)
-        return Measurement.from_budget(cal.mean, cal.mean_budget, n=len(readings[BAROMETERS[0]]) * 4)
+        return operating_range_from_columns(claim, {b: rec.column(b) for b in BAROMETERS}, rec.layout.config)
     chambers = open_selected_chambers(args)
     try:
         (result,) = run_checks([claim], chambers, rows=200, report=lambda m: progress(args, m))
@@ -1022,10 +1012,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
     from agent.runindex import RunIndex
-    from calibration.cross_sensor import measure_cross_sensor_offsets
-    from calibration.records import record_from_calibration, save_record
+    from calibration.records import save_record
     from chamber import open_chamber
     from protocols.claims import load_claims
+    from protocols.runner import ProtocolContext, run_batch
 
     if not args.no_agent:  # a wrong model spec or a missing key fails now, not after the whole chamber part
         from agent.models import client_for
@@ -1067,16 +1057,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 chambers[c.layout.chamber] = c
                 progress(args, f"connected {c.layout.chamber} ({c.config}, {c.layout.row_length} variables) on {url}")
 
-            calibration = None
-            if "wt" in chambers:
-                progress(args, "calibrating the four DPS310s: fans off, OSR 8")
-                calibration = measure_cross_sensor_offsets(chambers["wt"], n=args.rows)
-                save_record(record_from_calibration(calibration, date=datetime.now(timezone.utc)),
-                            run_dir / "calibration.json")
-
             bar = StepProgress("checks", len(claims))
-            results = run_checks(claims, chambers, rows=args.rows, calibration=calibration,
-                                 report=lambda m: bar.advance(m) if m.startswith("[") else None)
+            batch = run_batch(claims, ProtocolContext(
+                chambers=chambers, rows=args.rows, progress=lambda m: bar.advance(m) if m.startswith("[") else None),
+                calibrate=True)
+            results, calibration = batch.results, batch.record
+            if calibration is not None:
+                save_record(calibration, run_dir / "calibration.json")
+            elif batch.calibration_error:
+                progress(args, f"calibration failed: {batch.calibration_error}")
             checks = [r.to_dict() for r in results]
             _write_json(run_dir / "checks.json", {"results": checks})
             for r in checks:
@@ -1087,7 +1076,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             station_file = None if args.no_station else (
                 args.station or (None if args.port else str(_sim_station_file())))
             if station_file:
-                summary["station"] = _run_station_checks(args, station_file, claims, chambers, calibration, run_dir)
+                summary["station"] = _run_station_checks(args, station_file, claims, chambers, calibration, run_dir,
+                                                         results)
             summary["link"] = {k: c.link_stats() for k, c in chambers.items()}
             _write_json(run_dir / "link.json", summary["link"])
 
@@ -1110,16 +1100,19 @@ def _sim_station_file() -> Path:
 
 
 def _run_station_checks(args: argparse.Namespace, station_file: str, claims: list[Any], chambers: dict[str, Any],
-                        calibration: Any, run_dir: Path) -> dict[str, Any]:
-    """Grade again with the instrument station: which claims become definitive, and the gradable envelope."""
+                        calibration: Any, run_dir: Path, earlier: list[Any]) -> dict[str, Any]:
+    """Grade again with the instrument station: which claims become definitive, and the gradable envelope.
+    A claim the station does not change keeps its verdict from `earlier` (same protocol, same chambers)."""
     from chamber.instruments import open_station
     from protocols.instrument_protocols import gradable_envelope
+    from protocols.runner import ProtocolContext, run_batch
 
     progress(args, f"opening instrument station {station_file}")
     with open_station(Path(station_file)) as station:
         bar = StepProgress("station", len(claims))
-        results = run_checks(claims, chambers, rows=args.rows, calibration=calibration, station=station,
-                             report=lambda m: bar.advance(m) if m.startswith("[") else None)
+        context = ProtocolContext(chambers=chambers, calibration=calibration, rows=args.rows, station=station,
+                                  progress=lambda m: bar.advance(m) if m.startswith("[") else None)
+        results = run_batch(claims, context, reuse={r.claim.id: r for r in earlier}).results
         envelope = gradable_envelope(claims, station)
     checks = [r.to_dict() for r in results]
     _write_json(run_dir / "station_checks.json", {"station": station_file, "results": checks, "envelope": envelope})

@@ -3,11 +3,13 @@
 Why: with both fans off the four barometers sit in one pressure (chamber-facts.md), so any difference between
 their readings is a per-unit offset (relative accuracy ±6 Pa), not physics. The chamber has no traceable
 pressure reference, so the best available estimate of "the" pressure is the four-sensor mean, and the offsets
-are stated relative to it. Protocols subtract these offsets (via a calibration record) before comparing
-barometers with each other.
+are stated relative to it. Because they sum to zero, they are not subtracted before a four-unit mean (it would
+not change) nor before comparing one unit with a reference (it would hide the error under test); a protocol uses
+the calibration for the between-unit scatter it measures (protocols/barometer_protocols.py says where).
 
-The chamber is passed in (anything with `layout.chamber`, `config`, `set_many(dict)` and `measure(n)` returning
-a frame with `column(name)` and `reconnected`); this module never opens a port.
+This module is the statistics only: the staging (fans off, equal OSR, settle rows discarded) is the declared
+calibration protocol in protocols/barometer_protocols.py, run by protocols/runner.py; this module never touches
+a chamber.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -40,21 +42,6 @@ DEFAULT_SETTLE_ROWS = 20
 
 class CalibrationError(RuntimeError):
     """A calibration that could not be completed; nothing partial is returned."""
-
-
-class _Frame(Protocol):  # the driver's Frame, as far as calibration needs it
-    reconnected: bool
-
-    def column(self, name: str) -> np.ndarray: ...
-
-
-class _Chamber(Protocol):  # the driver's Chamber, as far as calibration needs it
-    config: Any
-    layout: Any
-
-    def set_many(self, values: dict[str, float]) -> Any: ...
-
-    def measure(self, n: int) -> _Frame: ...
 
 
 @dataclass(frozen=True)
@@ -225,59 +212,4 @@ def compute_cross_sensor(
         spread=float(np.max(unit_means) - np.min(unit_means)),
         between_unit_std=between,
         notes=notes,
-    )
-
-
-def measure_cross_sensor_offsets(
-    chamber: _Chamber,
-    n: int = 200,
-    osr: int = 8,
-    settle_rows: int = DEFAULT_SETTLE_ROWS,
-) -> CrossSensorCalibration:
-    """Stage the calibration on a wind tunnel and compute the offsets (see `compute_cross_sensor`).
-
-    Staging: both fans off (load_in = load_out = 0, so the four barometers share one pressure) and the same
-    oversampling on all four (unequal OSR would give the units unequal noise and weights). Then one read of
-    settle_rows + n rows, of which the first settle_rows are discarded. A read that spanned a reconnect is
-    refused (the rows before and after may not share a state). The fans are left off afterwards.
-    """
-    layout = getattr(chamber, "layout", None)
-    kind = getattr(layout, "chamber", None)
-    if kind != "wt":
-        raise CalibrationError(f"cross-sensor calibration needs a wind tunnel (chamber 'wt'), got {kind!r}")
-    if int(osr) != osr or int(osr) not in ALLOWED_OSR:
-        raise CalibrationError(f"cross-sensor calibration: expected osr in {ALLOWED_OSR}, got {osr!r}")
-    if int(n) != n or n < 2:
-        raise CalibrationError(f"cross-sensor calibration: expected n >= 2 rows, got {n!r}")
-    if int(settle_rows) != settle_rows or settle_rows < 0:
-        raise CalibrationError(f"cross-sensor calibration: expected settle_rows >= 0, got {settle_rows!r}")
-    osr, n, settle_rows = int(osr), int(n), int(settle_rows)
-
-    staging: dict[str, float] = {"load_in": 0.0, "load_out": 0.0}
-    staging.update({BAROMETER_OSR[name]: float(osr) for name in BAROMETERS})
-    log.info("cross-sensor calibration: staging %s", staging)
-    chamber.set_many(staging)
-
-    frame = chamber.measure(settle_rows + n)
-    if getattr(frame, "reconnected", False):
-        raise CalibrationError(
-            "cross-sensor calibration: the link reconnected during the read; rows discarded, run it again"
-        )
-    readings = {}
-    for name in BAROMETERS:
-        column = np.asarray(frame.column(name), dtype=np.float64)
-        if column.shape != (settle_rows + n,):
-            raise CalibrationError(
-                f"cross-sensor calibration: expected {settle_rows + n} rows of {name}, got shape {column.shape}"
-            )
-        readings[name] = column[settle_rows:]
-    config = getattr(chamber, "config", None)
-    if not isinstance(config, str):  # the driver may hold a richer config object; the layout names it
-        config = getattr(layout, "config", None) or "standard"
-    return compute_cross_sensor(
-        readings,
-        chamber="wt",
-        config=config,
-        osr=osr,
-        settle_rows=settle_rows,
     )

@@ -75,6 +75,14 @@ class CalibrationRecord(BaseModel):
     parameters: CrossSensorParameters
     budgets: dict[str, Any] = Field(default_factory=dict, description="the GUM budgets, for the auditor")
 
+    @property
+    def between_unit_std(self) -> float:
+        """Sample std of the unit means (ν = k − 1): the record keeps mean_u = s_between/√k, so s_between = mean_u·√k.
+
+        Why a property: a pre-check asks a record and a live calibration the same question (how far apart the
+        units are), and the record must not store the same fact twice."""
+        return self.parameters.mean_u * math.sqrt(len(self.parameters.offsets))
+
     # ------------------------------------------------------------------ applying
     def offset(self, name: str) -> float:
         try:

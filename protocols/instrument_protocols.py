@@ -23,27 +23,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from calibration.budget import UncertaintyBudget, UncertaintyComponent, rectangular, type_a
 from chamber.instruments.base import InstrumentError
-from chamber.instruments.certificate import CertificateError
 from protocols.claims import Claim
+from protocols.declaration import Declaration, ProtocolOutcome, Reader
 from protocols.measurement import Measurement
-from protocols.registry import ClaimProtocol, ProtocolContext, ProtocolOutcome, protocols, register
-from protocols.staging import apparatus_guard, stage_and_measure
 from protocols.verdict import Verdict, unit_scale
 
 FANS_OFF = {"load_in": 0.0, "load_out": 0.0}
 
 
 # ------------------------------------------------------------------------------------------------- helpers
-def instrument_guard(unit: str) -> Callable[[Callable[..., ProtocolOutcome]], Callable[..., ProtocolOutcome]]:
-    """The protocols' apparatus guard, with instrument and certificate errors counted as apparatus trouble too."""
-    return apparatus_guard(unit, extra=(InstrumentError, CertificateError))
-
 
 def _realised(claim: Claim, kinds: Iterable[str], variables: Iterable[str] = ()) -> list[str]:
     """Names of the claim's conditions this run realised: by one of its instruments or a staged variable."""
@@ -103,10 +97,9 @@ SWEEP_MARGIN_V = 0.02
 meant to be inside the range is inside it."""
 
 
-@instrument_guard("V")
-def run_vdd_sweep(context: ProtocolContext, claim: Claim) -> ProtocolOutcome:
+def run_vdd_sweep(context: Reader, claim: Claim) -> ProtocolOutcome:
     rail, smu = context.station.rail(claim.component)
-    chamber = context.chamber(rail.chamber)
+    context.chamber(rail.chamber)  # refused now, before the SMU moves, when that chamber is not connected
     assert claim.low is not None and claim.high is not None
     steps = _range_steps(float(claim.low), float(claim.high), SWEEP_MARGIN_V)
     if "chamber" in rail.states:
@@ -116,8 +109,8 @@ def run_vdd_sweep(context: ProtocolContext, claim: Claim) -> ProtocolOutcome:
 
     def at_each(measured_v: float) -> tuple[bool, str]:
         context.progress(f"{claim.id}: VDD {measured_v:.4f} V on {rail.name}, {rows} rows of {', '.join(rail.reads)}")
-        frame = stage_and_measure(chamber, {}, rows, context.settle_rows)
-        return _answering(claim.component, frame, rail.reads)
+        context.stage(rail.chamber, {}, context.settle_rows, f"VDD {measured_v:.4f} V")
+        return _answering(claim.component, context.read(rail.chamber, rows), rail.reads)
 
     results = smu.sweep(steps, at_each)
     matched = _realised(claim, ("smu",))
@@ -170,8 +163,7 @@ powered down (ICC_START_UP no longer applies)."""
 CURRENT_READINGS = 20
 
 
-@instrument_guard("A")
-def run_supply_current(context: ProtocolContext, claim: Claim) -> ProtocolOutcome:
+def run_supply_current(context: Reader, claim: Claim) -> ProtocolOutcome:
     setup = SUPPLY_CURRENT_SETUPS.get(claim.id)
     if setup is None:
         raise InstrumentError(f"{claim.id}: no supply-current setup; known: {sorted(SUPPLY_CURRENT_SETUPS)}")
@@ -211,16 +203,12 @@ def run_supply_current(context: ProtocolContext, claim: Claim) -> ProtocolOutcom
 REFERENCE_READINGS = 10
 
 
-@instrument_guard("Pa")
-def run_absolute_pressure(context: ProtocolContext, claim: Claim) -> ProtocolOutcome:
+def run_absolute_pressure(context: Reader, claim: Claim) -> ProtocolOutcome:
     position, barometer = context.station.position("reference_barometer", claim.component)
-    chamber = context.chamber(position.chamber)
     context.progress(f"{claim.id}: fans off; reference before, {context.rows} rows of {position.reads}, reference after")
-    chamber.set_many(dict(FANS_OFF))
-    if context.settle_rows:
-        chamber.measure(context.settle_rows)
+    context.stage(position.chamber, dict(FANS_OFF), context.settle_rows, "fans off")
     before = barometer.read_pressure_pa(REFERENCE_READINGS)
-    frame = chamber.measure(context.rows)
+    frame = context.read(position.chamber, context.rows)
     after = barometer.read_pressure_pa(REFERENCE_READINGS)
     ok, check = _answering(claim.component, frame, position.reads)
     if not ok:
@@ -254,10 +242,9 @@ HOLD_TOLERANCE_C = 0.3
 HOLD_STABLE_S = 60.0
 
 
-@instrument_guard("°C")
-def run_held_temperature(context: ProtocolContext, claim: Claim) -> ProtocolOutcome:
+def run_held_temperature(context: Reader, claim: Claim) -> ProtocolOutcome:
     position, controller = context.station.position("temperature_controller", claim.component)
-    chamber = context.chamber(position.chamber)
+    context.chamber(position.chamber)  # refused now, before the controller moves, when it is not connected
     assert claim.low is not None and claim.high is not None
     setpoints = _range_steps(float(claim.low), float(claim.high), TEMPERATURE_MARGIN_C, n=3)
     rows = max(10, context.rows // 4)
@@ -266,7 +253,8 @@ def run_held_temperature(context: ProtocolContext, claim: Claim) -> ProtocolOutc
         for setpoint in setpoints:
             context.progress(f"{claim.id}: hold {setpoint} °C at {position.name}, then {rows} rows of {position.reads}")
             held = controller.hold(setpoint, tolerance_c=HOLD_TOLERANCE_C, stable_for_s=HOLD_STABLE_S)
-            frame = stage_and_measure(chamber, {}, rows, context.settle_rows)
+            context.stage(position.chamber, {}, context.settle_rows, f"held {setpoint} °C")
+            frame = context.read(position.chamber, rows)
             ok, check = _answering(claim.component, frame, position.reads)
             table.append({"setpoint_c": setpoint, "readings_c": list(held.readings_c),
                           "mean_c": float(np.mean(held.readings_c)), "settled_after_s": held.settled_after_s,
@@ -302,31 +290,32 @@ def run_held_temperature(context: ProtocolContext, claim: Claim) -> ProtocolOutc
     return ProtocolOutcome(measurement=measurement, details=details)
 
 
-# ----------------------------------------------------------------------------------------------- registry
-register(ClaimProtocol(
-    key="instruments.vdd_sweep", chamber=None, stages=(), reads=(), instruments=("smu",),
+# ---------------------------------------------------------------------------------------------- declarations
+VDD_SWEEP = Declaration(
+    key="instruments.vdd_sweep", chamber=None, unit="V", instruments=("smu",), procedure=run_vdd_sweep,
     description="SMU steps the sensor's supply across the stated range (20 mV inside each limit); the sensor "
                 "must answer within its output range at each step.",
-    run=run_vdd_sweep,
-))
-register(ClaimProtocol(
-    key="instruments.supply_current", chamber=None, stages=(), reads=(), instruments=("smu",),
+)
+SUPPLY_CURRENT = Declaration(
+    key="instruments.supply_current", chamber=None, unit="A", instruments=("smu",), procedure=run_supply_current,
     description="Fixture holds the sensor in the claim's state; the SMU sources the claim's supply voltage and "
                 "averages the current (Type A + SMU certificate).",
-    run=run_supply_current,
-))
-register(ClaimProtocol(
-    key="instruments.absolute_pressure", chamber="wt", stages=tuple(FANS_OFF.items()), reads=("pressure_ambient",),
-    instruments=("reference_barometer",),
+)
+ABSOLUTE_PRESSURE = Declaration(
+    key="instruments.absolute_pressure", chamber="wt", unit="Pa", instruments=("reference_barometer",),
+    procedure=run_absolute_pressure,
     description="Fans off; DPS310 mean minus the reference barometer's mean, with the reference's certificate.",
-    run=run_absolute_pressure,
-))
-register(ClaimProtocol(
-    key="instruments.held_temperature", chamber=None, stages=(), reads=(), instruments=("temperature_controller",),
+)
+HELD_TEMPERATURE = Declaration(
+    key="instruments.held_temperature", chamber=None, unit="°C", instruments=("temperature_controller",),
+    procedure=run_held_temperature,
     description="Temperature controller holds the sensor at temperatures across the stated range; the sensor "
                 "must answer at each.",
-    run=run_held_temperature,
-))
+)
+
+DECLARATIONS: tuple[Declaration, ...] = (VDD_SWEEP, SUPPLY_CURRENT, ABSOLUTE_PRESSURE, HELD_TEMPERATURE)
+_BY_KEY: dict[str, Declaration] = {d.key: d for d in DECLARATIONS}
+"""The instrument protocols by key: what the envelope below needs (no registry import, so no import cycle)."""
 
 
 # ------------------------------------------------------------------------------------------------ envelope
@@ -339,13 +328,12 @@ def gradable_envelope(claims: Iterable[Claim] | Mapping[str, Claim], station: An
     instrument of this product would: the listed conditions stay unmatchable).
     """
     items = list(claims.values()) if isinstance(claims, Mapping) else list(claims)
-    known = protocols()
     out = []
     for claim in items:
         decisive_unmatchable = [c for c in claim.conditions if c.decisive and c.unmatchable]
         blocking = [c.name for c in decisive_unmatchable if c.instrument is None]
         needed = claim.instruments_needed()
-        ip = known.get(claim.instrument_protocol) if claim.instrument_protocol else None
+        ip = _BY_KEY.get(claim.instrument_protocol) if claim.instrument_protocol else None
         if ip is not None:
             needed = list(dict.fromkeys(needed + list(ip.instruments)))
         present = [k for k in needed if station is not None and station.provides(k, claim.component)]

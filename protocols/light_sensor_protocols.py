@@ -12,10 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from calibration.budget import UncertaintyBudget, resolution
-from protocols.claims import Claim
+from protocols.declaration import Declaration, Evaluation, ProtocolOutcome, Step
 from protocols.measurement import Measurement
-from protocols.registry import ClaimProtocol, ProtocolContext, ProtocolOutcome, register
-from protocols.staging import apparatus_guard, stage_and_measure
 
 LIGHT_READINGS = tuple(f"{kind}_{k}" for k in (1, 2, 3) for kind in ("ir", "vis"))
 LARGEST_GAIN = tuple(
@@ -25,16 +23,14 @@ LARGEST_GAIN = tuple(
 )
 DARK = (("red", 0.0), ("green", 0.0), ("blue", 0.0))
 WHITE = (("red", 255.0), ("green", 255.0), ("blue", 255.0))
+STEPS = (Step("dark light, largest gain", LARGEST_GAIN + DARK, LIGHT_READINGS),
+         Step("white light, largest gain", LARGEST_GAIN + WHITE, LIGHT_READINGS))
 
 
-@apparatus_guard("counts")
-def measure_output_codes(context: ProtocolContext, claim: Claim) -> ProtocolOutcome:
-    chamber = context.chamber("lt")
+def _evaluate_output_codes(e: Evaluation) -> ProtocolOutcome:
     codes = []
-    for label, light in (("dark", DARK), ("white", WHITE)):
-        context.progress(f"{claim.id}: {label} light, largest gain, measure {context.rows} rows")
-        frame = stage_and_measure(chamber, dict(LARGEST_GAIN + light), context.rows, context.settle_rows)
-        block = np.column_stack([frame.column(name) for name in LIGHT_READINGS])
+    for readings in e.readings:
+        block = np.column_stack([readings.column(name) for name in LIGHT_READINGS])
         if not np.all(np.isfinite(block)):
             raise ValueError("light readings contain unset values; refusing to grade output codes")
         codes.append(block)
@@ -45,10 +41,8 @@ def measure_output_codes(context: ProtocolContext, claim: Claim) -> ProtocolOutc
         quantity="largest Si1151 output code observed", unit="counts",
         components=(resolution("code quantisation (one count)", 1.0),),
     )
-    staged = {name for name, _ in LARGEST_GAIN + WHITE} | set(LIGHT_READINGS)
-    matched = [c.name for c in claim.conditions if c.variable and c.variable in staged]
     measurement = Measurement.from_budget(
-        largest, budget, n=int(all_codes.size), matched_conditions=matched,
+        largest, budget, n=int(all_codes.size), matched_conditions=list(e.matched),
         details={"largest_code": largest, "smallest_code": smallest,
                  "saturated_codes": int(np.count_nonzero(all_codes == 65535)),
                  "note": "the firmware reads 16-bit codes; the test is that codes stay in the stated range"},
@@ -56,10 +50,21 @@ def measure_output_codes(context: ProtocolContext, claim: Claim) -> ProtocolOutc
     return ProtocolOutcome(measurement=measurement)
 
 
-register(ClaimProtocol(
-    key="si115x.adc_bit_depth", chamber="lt",
-    stages=LARGEST_GAIN + DARK + WHITE,
-    reads=LIGHT_READINGS,
+def largest_code_at_ceiling(outcome: ProtocolOutcome) -> tuple[bool, str]:
+    """The largest code seen can only grow with more rows, unless it is already the firmware's 16-bit ceiling."""
+    m = outcome.measurement
+    largest = None if m is None else m.details.get("largest_code")
+    if largest == 65535:
+        return True, "the largest code is already 65535, the top of the firmware's 16-bit reading: more rows cannot raise it"
+    return False, f"the largest code ({largest}) is below the 16-bit ceiling and can still grow with more rows"
+
+
+OUTPUT_CODES = Declaration(
+    key="si115x.adc_bit_depth", chamber="lt", unit="counts",
+    steps=STEPS,
+    evaluate=_evaluate_output_codes,
+    stop_rule=largest_code_at_ceiling,
     description="Dark, then saturating white light at the largest gain; the largest output code seen.",
-    run=measure_output_codes,
-))
+)
+
+DECLARATIONS: tuple[Declaration, ...] = (OUTPUT_CODES,)

@@ -2,8 +2,8 @@
 
 The fake (below) stands in for chamber.driver.Chamber in this one-layer unit test only: it records the SETs it
 receives and returns frames whose barometer columns are a shared pressure + a known per-unit offset + seeded
-Gaussian noise, with a decaying transient in the first rows after a SET. The integration test on the real
-backend belongs to the lead.
+Gaussian noise, with a decaying transient in the first rows after a SET. The staging is the declared calibration
+protocol (protocols/barometer_protocols.py) run by protocols/runner.py; the statistics are calibration/'s.
 """
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ from calibration.cross_sensor import (
     BAROMETERS,
     CalibrationError,
     compute_cross_sensor,
-    measure_cross_sensor_offsets,
 )
+from protocols.runner import calibrate
+
+
+def measure_cross_sensor_offsets(chamber, n=200, osr=8, settle_rows=20):
+    """The calibration protocol as the runner runs it (it was a function of calibration/ before it was declared)."""
+    return calibrate(chamber, n=n, osr=osr, settle_rows=settle_rows)
 
 TRUE_OFFSETS = {"pressure_upwind": 3.0, "pressure_downwind": -2.5, "pressure_ambient": 1.0, "pressure_intake": -4.0}
 NOISE_PA = 0.4  # DPS310 precision at OSR 8 (chamber-facts.md)

@@ -12,7 +12,7 @@ from chamber.instruments import open_station, sim_station_file
 from protocols.claims import load_claims
 from protocols.instrument_protocols import gradable_envelope
 from protocols.measurement import Measurement
-from protocols.registry import ProtocolContext, check_claim
+from protocols.runner import ProtocolContext, check_claim
 from protocols.verdict import verdict
 
 MAIN = ("DPS310", "Si115x", "ACS70331")

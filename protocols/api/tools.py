@@ -6,8 +6,8 @@ session, arguments) to a JSON-able result. app.py adds HTTP, the freeze rule, th
 them; nothing in a handler knows about HTTP except the ApiError it may raise.
 
 Only two tools cause SETs: stage_conditions (validated whole by the SettingGuard before any is applied) and
-run_protocol (the claim's registered protocol, run on chambers wrapped in the same guard, its declared SET list
-checked before it starts). Everything else reads.
+run_protocol (the claim's declared protocol, run by protocols/runner.py with the same guard: every SET list of the
+run checked before it starts, and each SET again). Everything else reads.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import numpy as np
 from pydantic import BaseModel
 
 from calibration.budget import coverage_factor
-from calibration.cross_sensor import BAROMETER_OSR, BAROMETERS, CalibrationError, compute_cross_sensor
+from calibration.cross_sensor import BAROMETER_OSR, BAROMETERS, CalibrationError
 from firmware_bridge.variables import Kind
-from protocols.registry import ProtocolContext, check_claim, protocol_for
+from protocols.registry import protocol_for
+from protocols.runner import ProtocolContext, check_claim, cross_sensor_in_place
 
 from .errors import ApiError
-from .guard import GuardedChamber, SettingGuard
+from .guard import SettingGuard
 from .schemas import (
     CrossSensorArgs,
     DescribeChamberArgs,
@@ -196,12 +197,8 @@ def cross_sensor_check(env: ToolEnvironment, session: Session, args: CrossSensor
     kind, chamber = env.chamber(session, "wt", "cross_sensor_check")
     state = chamber.state()
     osrs = {state.get(BAROMETER_OSR[b]) for b in BAROMETERS}
-    frame = chamber.measure(args.settle_rows + args.n)
-    readings = {b: frame.column(b)[args.settle_rows:] for b in BAROMETERS}
-    try:
-        cal = compute_cross_sensor(readings, chamber="wt", config=chamber.config,
-                                   osr=int(osrs.pop()) if len(osrs) == 1 and None not in osrs else 0,
-                                   settle_rows=args.settle_rows)
+    try:  # the calibration protocol's own function, on the chamber as the caller staged it
+        cal, reconnected = cross_sensor_in_place(chamber, state, n=args.n, settle_rows=args.settle_rows)
     except CalibrationError as exc:
         raise ApiError("measurement_refused", f"{exc}. Nothing was computed; check the chamber with "
                                               "describe_chamber and measure again.") from None
@@ -219,18 +216,16 @@ def cross_sensor_check(env: ToolEnvironment, session: Session, args: CrossSensor
         "mean_k95": coverage_factor(cal.mean_dof),
         "offsets": cal.offsets, "offset_u": cal.offset_u, "offset_dof": cal.offset_dof,
         "spread": cal.spread, "between_unit_std": cal.between_unit_std,
-        "reconnected": bool(frame.reconnected), "warnings": warnings, "notes": cal.notes,
+        "reconnected": reconnected, "warnings": warnings, "notes": cal.notes,
     })
 
 
 def run_protocol(env: ToolEnvironment, session: Session, args: RunProtocolArgs) -> dict[str, Any]:
-    claim = session.claim
-    protocol = protocol_for(claim)
-    if protocol is not None and protocol.chamber is not None and protocol.chamber in env.guards:
-        env.guards[protocol.chamber].check(dict(protocol.stages), inputs_only=False)  # refuse before it starts
-    guarded = {kind: GuardedChamber(ch, env.guards[kind]) for kind, ch in env.chambers.items()}
-    context = ProtocolContext(chambers=guarded, calibration=None, rows=args.rows, settle_rows=args.settle_rows)
-    result = check_claim(claim, context)
+    # The runner checks every SET list of the run against the server-side guard before anything moves (a refusal
+    # is an ApiError here, nothing sent), then again before each SET.
+    context = ProtocolContext(chambers=env.chambers, calibration=None, rows=args.rows, settle_rows=args.settle_rows,
+                              setting_guards=env.guards)
+    result = check_claim(session.claim, context)
     return jsonable(result.to_dict())
 
 

@@ -1,0 +1,552 @@
+"""The one runner of declared protocols: stage, read, evaluate and grade — for one claim or a planned batch.
+
+Why one: the CLI (`check`, `calibrate`), the main job and the chamber tools API (`run_protocol`,
+`cross_sensor_check`) must grade a claim the same way, and every one of them must treat trouble the same way:
+
+- the apparatus guard: any exception while staging, reading or evaluating becomes the claim's verdict "error"
+  naming the exception's type (a lost link is status "link_lost", anything else "aborted"); the half-taken
+  measurement is discarded, and the rest of the batch goes on (an apparatus problem is not evidence against a
+  datasheet, and one broken claim must not cost the others their verdicts);
+- the setting guard (the API's server-side limits): every SET list of the whole run is checked before anything
+  moves, and again before each SET;
+- progress: one line per staging and one "[i/N] claim" line as each claim is graded.
+
+A batch is planned (protocols/planner.py): claims whose steps stage the same conditions share one read, stagings
+are ordered to spare actuator moves, and a claim keeps a short first read when more rows cannot change its
+verdict (recorded per claim under details["plan"]). `check_claim` grades one claim exactly as declared, with
+the default rows and nothing shared.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping, Protocol as TypingProtocol, Sequence
+
+import numpy as np
+
+from calibration.cross_sensor import BAROMETER_OSR, BAROMETERS, CalibrationError, CrossSensorCalibration
+from calibration.records import CalibrationRecord, record_from_calibration
+from firmware_bridge.errors import LinkLost
+from protocols import barometer_protocols
+from protocols.claims import Claim
+from protocols.declaration import (
+    ChamberLike,
+    Declaration,
+    Evaluation,
+    Inputs,
+    ProtocolOutcome,
+    ProtocolUnavailable,
+    StepReadings,
+)
+from protocols.measurement import Measurement
+from protocols.planner import PROBE_ROWS, Plan, PlanItem, StopDecision, plan, stop_reason
+from protocols.registry import selected_protocol
+from protocols.verdict import CapabilityCheck, Verdict, verdict
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_KEY = "calibration"
+CHAMBER_NAMES = {"wt": "wind tunnel", "lt": "light tunnel"}
+
+
+class ReadingError(RuntimeError):
+    """A read that did not return the rows asked for (names the column, what was expected and what arrived)."""
+
+
+class CalibrationMismatch(ValueError):
+    """A calibration record of another chamber configuration than the one connected (names both)."""
+
+
+class SettingCheck(TypingProtocol):
+    """A server-side setting guard (protocols.api.guard.SettingGuard): every setting as a float, or it raises."""
+
+    def check(self, settings: Mapping[str, Any], *, inputs_only: bool = True) -> dict[str, float]: ...
+
+
+@dataclass
+class ProtocolContext:
+    """What a run may use: the connected chambers by kind ("wt"/"lt"), a calibration record, the sizes, progress,
+    an opened station of lab instruments (chamber.instruments.Station; None = the chamber alone), the setting
+    guards per chamber kind (None: the driver's own checks only) and the clock that dates a calibration."""
+
+    chambers: Mapping[str, ChamberLike]
+    calibration: CalibrationRecord | None = None
+    rows: int = 200
+    settle_rows: int = 20
+    progress: Callable[[str], None] = lambda message: None
+    station: Any | None = None
+    setting_guards: Mapping[str, SettingCheck] = field(default_factory=dict)
+    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+
+    def chamber(self, kind: str) -> ChamberLike:
+        if kind not in self.chambers:
+            have = ", ".join(sorted(self.chambers)) or "none"
+            raise ProtocolUnavailable(
+                f"this protocol needs the {CHAMBER_NAMES.get(kind, kind)} ({kind!r}); connected: {have}")
+        return self.chambers[kind]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    claim: Claim
+    verdict: Verdict
+    measurement: Measurement | None
+    protocol: str | None
+    precheck: CapabilityCheck | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        # The verdict's and the measurement's own dicts already hold their values as JSON-ready strings; the
+        # summary fields are taken from them rather than converted a second time.
+        v = self.verdict
+        vd = v.to_dict()
+        md = None if self.measurement is None else self.measurement.to_dict()
+        return {
+            "claim_id": self.claim.id,
+            "component": self.claim.component,
+            "parameter": self.claim.parameter,
+            "verdict": vd["verdict"],
+            "class": vd["inconclusive_class"],
+            "measured": None if md is None else self._measured_in_claim_unit(vd, md),
+            "distance": vd["distance"],
+            "combined_uncertainty": vd["combined_uncertainty"],
+            "claim_unit": self.claim.unit,
+            "matched_conditions": list(v.matched_conditions),
+            "unmatched_conditions": list(v.unmatched_conditions),
+            "rule": {"name": v.rule, "version": v.rule_version, "boundary": v.boundary_convention},
+            "reason": v.reason,
+            "protocol": self.protocol,
+            "precheck": None if self.precheck is None else self.precheck.to_dict(),
+            "verdict_detail": vd,
+            "measurement_detail": md,
+            "details": self.details,
+        }
+
+    @staticmethod
+    def _measured_in_claim_unit(vd: dict[str, Any], md: dict[str, Any]) -> dict[str, Any]:
+        """The measurement as the decision rule saw it: converted to the claim's unit, reported digits kept."""
+        converted = vd["measured"] is not None
+        return {
+            "value": vd["measured"] if converted else md["value"],
+            "unit": vd["unit"] if converted else md["unit"],
+            "u": vd["u"] if converted else md["u"],
+            "k": md["k"],
+            "dof": md["dof"],
+            "n": md["n"],
+            "as_measured": {"value": md["value"], "u": md["u"], "unit": md["unit"]},
+        }
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """A graded batch: results in claim order, the calibration measured (or given), and what the chambers did."""
+
+    results: list[CheckResult]
+    calibration: CrossSensorCalibration | None
+    record: CalibrationRecord | None
+    calibration_error: str | None
+    stagings: int
+    rows: dict[str, int]  # rows read per chamber kind, settle rows included
+    plan: list[dict[str, Any]]
+
+
+# ------------------------------------------------------------------------------------------- staging
+class _Chambers:
+    """Stages and reads the chambers for a run: the setting guard before each SET, rows counted, state tracked."""
+
+    def __init__(self, context: ProtocolContext) -> None:
+        self.context = context
+        self.rows: dict[str, int] = {}
+        self.stagings = 0
+        self.current: dict[str, int | None] = {}  # chamber kind -> the planned staging it holds now
+
+    def guarded(self, kind: str, settings: Mapping[str, float]) -> dict[str, float]:
+        guard = self.context.setting_guards.get(kind)
+        return dict(settings) if guard is None else guard.check(settings, inputs_only=False)
+
+    def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str) -> None:
+        chamber = self.context.chamber(kind)
+        self.context.progress(f"{kind}: {label}: settle {settle_rows} rows")
+        if settings:
+            chamber.set_many(self.guarded(kind, settings))
+        self.current[kind] = None
+        self.stagings += 1
+        if settle_rows > 0:
+            chamber.measure(settle_rows)
+            self.rows[kind] = self.rows.get(kind, 0) + settle_rows
+
+    def read(self, kind: str, rows: int, reads: Sequence[str] | None = None, settle_rows: int = 0) -> StepReadings:
+        """`settle_rows + rows` rows in one read (one MSR round trip), the first `settle_rows` thrown away."""
+        frame = self.context.chamber(kind).measure(settle_rows + rows)
+        self.rows[kind] = self.rows.get(kind, 0) + settle_rows + rows
+        names = list(reads) if reads is not None else list(frame.names)
+        columns = {n: np.asarray(frame.column(n), dtype=np.float64)[settle_rows:] for n in names}
+        for n, column in columns.items():
+            if column.shape != (rows,):
+                raise ReadingError(f"expected {rows} rows of {n}, got shape {column.shape}")
+        return StepReadings("", (), columns, bool(getattr(frame, "reconnected", False)), settle_rows)
+
+
+@dataclass
+class _Reader:
+    """What a procedure (instrument protocol) gets: the run's chambers, sizes, station and progress."""
+
+    chambers: _Chambers
+    rows: int
+    settle_rows: int
+    station: Any
+
+    def chamber(self, kind: str) -> ChamberLike:
+        return self.chambers.context.chamber(kind)
+
+    def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str) -> None:
+        self.chambers.stage(kind, settings, settle_rows, label)
+
+    def read(self, kind: str, rows: int) -> StepReadings:
+        return self.chambers.read(kind, rows)
+
+    def progress(self, message: str) -> None:
+        self.chambers.context.progress(message)
+
+
+def _failed(unit: str, exc: BaseException) -> Measurement:
+    """The apparatus guard's measurement: link_lost for a lost link, aborted (naming the type) for anything else."""
+    if isinstance(exc, LinkLost):
+        log.warning("link lost during protocol: %s", exc)
+        return Measurement.failed(unit, "link_lost", str(exc), error_type=type(exc).__name__)
+    log.warning("error during protocol: %s: %s", type(exc).__name__, exc)
+    return Measurement.failed(unit, "aborted", f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
+
+
+# ------------------------------------------------------------------------------------------- grading
+def _grade(claim: Claim, declaration: Declaration, outcome: ProtocolOutcome,
+           precheck: CapabilityCheck | None, details: dict[str, Any]) -> CheckResult:
+    key = declaration.key
+    details = {**outcome.details, **details}
+    if outcome.decided is not None:
+        return CheckResult(claim, outcome.decided, outcome.measurement, key, precheck, details)
+    realised = set(declaration.instruments)
+    intrinsic = [c for c in claim.conditions if c.decisive and c.unmatchable and c.instrument not in realised]
+    if outcome.measurement is None and intrinsic:
+        return CheckResult(claim, verdict(claim, None), None, key, precheck, details)
+    return CheckResult(claim, verdict(claim, outcome.measurement), outcome.measurement, key, precheck, details)
+
+
+def _resolution_limited(claim: Claim, key: str, precheck: CapabilityCheck) -> CheckResult:
+    decided = Verdict(
+        claim_id=claim.id, verdict="inconclusive", inconclusive_class="resolution-limited",
+        reason=f"decided before staging: {precheck.reason}", unit=claim.unit,
+        notes=("capability pre-check: nothing was staged",),
+    )
+    return CheckResult(claim, decided, None, key, precheck=precheck)
+
+
+def _unavailable(claim: Claim, key: str | None, exc: Exception) -> CheckResult:
+    return CheckResult(claim, Verdict(claim_id=claim.id, verdict="error", reason=str(exc)), None, key)
+
+
+def _evaluate(declaration: Declaration, claim: Claim | None, readings: tuple[StepReadings, ...],
+              record: CalibrationRecord | None, config: str) -> ProtocolOutcome:
+    """The declaration's pure function, inside the apparatus guard (an exception is a failed measurement)."""
+    assert declaration.evaluate is not None
+    matched = () if claim is None else declaration.matched(claim)
+    try:
+        return declaration.evaluate(Evaluation(claim, readings, matched, record, config))
+    except Exception as exc:  # the apparatus guard: any exception is this claim's error, never the batch's
+        if claim is None:
+            raise
+        return ProtocolOutcome(measurement=_failed(declaration.unit, exc))
+
+
+def _config(chamber: Any) -> str:
+    config = getattr(chamber, "config", None)
+    if not isinstance(config, str):  # a richer config object: the layout names it
+        config = getattr(getattr(chamber, "layout", None), "config", None) or "standard"
+    return config
+
+
+def check_claim(claim: Claim, context: ProtocolContext) -> CheckResult:
+    """Grade one claim exactly as declared: its own stagings, the context's rows, no early stop, nothing shared."""
+    return run_batch([claim], context, calibrate=False, stop_early=False).results[0]
+
+
+def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: bool = False,
+              stop_early: bool = True, probe_rows: int = PROBE_ROWS,
+              reuse: Mapping[str, CheckResult] | None = None) -> BatchResult:
+    """Grade `claims` (results in their order); with `calibrate`, the cross-sensor calibration is measured in the
+    same plan (its fans-off staging is shared with the claims that stage the same conditions).
+
+    `reuse`: results of an earlier batch on the same chambers; a claim graded there by the same protocol keeps
+    its result (the main job's station pass re-grades only what the station changes).
+    """
+    runner = _Chambers(context)
+    record = context.calibration
+    if record is not None and "wt" in context.chambers and record.config != _config(context.chambers["wt"]):
+        raise CalibrationMismatch(f"calibration record of configuration {record.config!r}; the connected wind "
+                                  f"tunnel is {_config(context.chambers['wt'])!r}")
+    done: dict[int, CheckResult] = {}
+    keys: dict[str, int] = {}  # plan item key (the claim id) -> index in `claims`
+    declared: dict[int, Declaration] = {}
+    procedures: list[int] = []
+    items: list[PlanItem] = []
+    calibrating = calibrate and record is None and "wt" in context.chambers
+    if calibrating:
+        cal_decl = barometer_protocols.cross_sensor_calibration(8)
+        items.append(PlanItem(CALIBRATION_KEY, cal_decl, None, may_stop_early=False))
+
+    def finish(i: int, result: CheckResult) -> None:
+        done[i] = result
+        context.progress(f"[{len(done)}/{len(claims)}] {claims[i].id}")
+
+    for i, claim in enumerate(claims):
+        declaration = selected_protocol(claim, context.station)
+        if declaration is None:
+            finish(i, CheckResult(claim, verdict(claim, None), None, None))
+            continue
+        earlier = (reuse or {}).get(claim.id)
+        if earlier is not None and earlier.protocol == declaration.key and not declaration.instruments:
+            finish(i, replace(earlier, details={**earlier.details, "reused": "graded by the same protocol earlier "
+                                                                             "in this run, on the same chambers"}))
+            continue
+        declared[i] = declaration
+        precheck = declaration.precheck(claim, Inputs(record)) if declaration.precheck else None
+        if precheck is not None and precheck.resolution_limited:
+            finish(i, _resolution_limited(claim, declaration.key, precheck))
+        elif declaration.procedure is not None:
+            procedures.append(i)
+        elif not declaration.steps:
+            finish(i, _grade(claim, declaration, ProtocolOutcome(), precheck, {}))
+        elif declaration.chamber not in context.chambers:
+            finish(i, _unavailable(claim, declaration.key, _chamber_missing(context, declaration.chamber)))
+        else:
+            key = claim.id if claim.id not in keys else f"{claim.id}#{i}"
+            keys[key] = i
+            items.append(PlanItem(key, declaration, claim, may_stop_early=stop_early))
+
+    start = {k: dict(getattr(c, "state", lambda: {})() or {}) for k, c in context.chambers.items()}
+    the_plan = plan(items, rows=context.rows, settle_rows=context.settle_rows, probe_rows=probe_rows, start=start)
+    for staging in the_plan.stagings:  # the setting guard on the whole run, before anything moves
+        runner.guarded(staging.chamber, staging.settings)
+    for kind, settings in the_plan.restores.items():
+        runner.guarded(kind, settings)
+
+    reads: dict[int, StepReadings] = {}
+    failures: dict[int, BaseException] = {}
+    _read_stagings(runner, the_plan, range(len(the_plan.stagings)), reads, failures, full=False)
+
+    calibration, calibration_error = None, None
+    if calibrating:
+        try:
+            outcome = _item_outcome(the_plan, items[0], reads, failures, None, _config(context.chambers["wt"]))
+            calibration = outcome.calibration
+            record = record_from_calibration(calibration, date=context.clock()) if calibration else None
+        except Exception as exc:  # the batch goes on without a calibration; the reason is kept
+            calibration_error = f"{type(exc).__name__}: {exc}"
+            log.warning("calibration failed: %s", calibration_error)
+
+    pending: dict[int, tuple[PlanItem, StopDecision | None]] = {}
+    for item in items:
+        if item.claim is None:
+            continue
+        i = keys[item.key]
+        declaration = declared[i]
+        precheck = declaration.precheck(item.claim, Inputs(record)) if declaration.precheck else None
+        if precheck is not None and precheck.resolution_limited:  # the batch's own calibration decided it
+            finish(i, _resolution_limited(item.claim, declaration.key, precheck))
+            continue
+        outcome = _item_outcome(the_plan, item, reads, failures, record, _config(context.chambers[declaration.chamber]))
+        result = _grade(item.claim, declaration, outcome, precheck, {})
+        decision = _decide_stop(the_plan, item, reads, outcome, result)
+        if decision is None or decision.stop:
+            finish(i, _with_plan(result, the_plan, item, reads, decision))
+        else:
+            pending[i] = (item, decision)
+
+    if pending:  # top up what the stopping rule could not spare to the default rows, and grade again
+        needed = sorted({the_plan.stagings_of(item.key)[u] for item, _ in pending.values()
+                         for u in the_plan.stagings_of(item.key)})
+        _apply_restores(runner, the_plan, failures)
+        _read_stagings(runner, the_plan, needed, reads, failures, full=True)
+        for i, (item, first) in pending.items():
+            declaration = declared[i]
+            outcome = _item_outcome(the_plan, item, reads, failures, record,
+                                    _config(context.chambers[declaration.chamber]))
+            result = _grade(item.claim, declaration, outcome, None, {})
+            assert first is not None
+            finish(i, _with_plan(result, the_plan, item, reads, StopDecision(
+                False, "default rows", f"read at the default rows: after {probe_rows} rows, {first.why}")))
+    _apply_restores(runner, the_plan, failures)
+
+    for i in procedures:
+        finish(i, _run_procedure(claims[i], declared[i], context, runner))
+
+    return BatchResult(
+        results=[done[i] for i in range(len(claims))], calibration=calibration,
+        record=record, calibration_error=calibration_error, stagings=runner.stagings, rows=dict(runner.rows),
+        plan=[s.to_dict() for s in the_plan.stagings],
+    )
+
+
+def _chamber_missing(context: ProtocolContext, kind: str | None) -> ProtocolUnavailable:
+    try:
+        context.chamber(kind or "?")
+    except ProtocolUnavailable as exc:
+        return exc
+    raise AssertionError("unreachable: the chamber is connected")
+
+
+def _read_stagings(runner: _Chambers, the_plan: Plan, indices: Sequence[int] | range, reads: dict[int, StepReadings],
+                   failures: dict[int, BaseException], *, full: bool) -> None:
+    """Read each staging (first pass: each user's first rows; `full`: topped up to the default rows)."""
+    for index in indices:
+        if index in failures:
+            continue
+        staging = the_plan.stagings[index]
+        have = reads[index].n if index in reads else 0
+        want = staging.full_rows if full else staging.first_rows
+        if want <= have:
+            continue
+        try:
+            held = runner.current.get(staging.chamber) == index
+            if not held:
+                runner.context.progress(f"{staging.chamber}: stage {staging.label()} "
+                                        f"(serves {len(staging.uses)} step(s)), read {want - have} rows")
+                runner.context.chamber(staging.chamber).set_many(runner.guarded(staging.chamber, staging.settings))
+                runner.stagings += 1
+            more = runner.read(staging.chamber, want - have, staging.reads, 0 if held else staging.settle_rows)
+            runner.current[staging.chamber] = index
+        except Exception as exc:  # the apparatus guard: every step this staging serves gets this error
+            failures[index] = exc
+            runner.current[staging.chamber] = None
+            continue
+        settings = tuple(staging.settings.items())
+        if index in reads:
+            before = reads[index]
+            columns = {n: np.concatenate([before.columns[n], more.columns[n]]) for n in more.columns}
+            reads[index] = StepReadings("", settings, columns, before.reconnected or more.reconnected,
+                                        before.settle_rows)
+        else:
+            reads[index] = StepReadings("", settings, more.columns, more.reconnected, more.settle_rows)
+
+
+def _apply_restores(runner: _Chambers, the_plan: Plan, failures: dict[int, BaseException]) -> None:
+    for kind, settings in the_plan.restores.items():
+        try:
+            runner.context.chamber(kind).set_many(runner.guarded(kind, settings))
+            runner.current[kind] = None
+        except Exception as exc:  # a failed restore is logged; the verdicts were already measured
+            log.warning("restoring %s after the batch failed: %s: %s", kind, type(exc).__name__, exc)
+
+
+def _item_outcome(the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings], failures: dict[int, BaseException],
+                  record: CalibrationRecord | None, config: str) -> ProtocolOutcome:
+    where = the_plan.stagings_of(item.key)
+    readings = []
+    for use in (u for s in the_plan.stagings for u in s.uses if u.item == item.key):
+        index = where[use.step.label]
+        if index in failures:
+            if item.claim is None:
+                raise failures[index]
+            return ProtocolOutcome(measurement=_failed(item.declaration.unit, failures[index]))
+        got = reads[index].first(use.full_rows)  # what the staging read, up to what this step asks for
+        readings.append(StepReadings(use.step.label, use.step.settings, {n: got.columns[n] for n in use.step.reads},
+                                     got.reconnected, got.settle_rows))
+    order = [s.label for s in item.declaration.steps]
+    readings.sort(key=lambda r: order.index(r.label))
+    return _evaluate(item.declaration, item.claim, tuple(readings), record, config)
+
+
+def _decide_stop(the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings], outcome: ProtocolOutcome,
+                 result: CheckResult) -> StopDecision | None:
+    """None when the item already read its default rows (nothing to decide)."""
+    where = the_plan.stagings_of(item.key)
+    short = [u for s in the_plan.stagings for u in s.uses
+             if u.item == item.key and where[u.step.label] in reads and reads[where[u.step.label]].n < u.full_rows]
+    if not short:
+        return None
+    assert item.claim is not None
+    return stop_reason(item.claim, item.declaration, outcome, result.verdict)
+
+
+def _with_plan(result: CheckResult, the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings],
+               decision: StopDecision | None) -> CheckResult:
+    where = the_plan.stagings_of(item.key)
+    uses = [u for s in the_plan.stagings for u in s.uses if u.item == item.key]
+    shared = sorted({u.item for i in where.values() for u in the_plan.stagings[i].uses if u.item != item.key})
+    plan_details = {
+        "stagings": sorted(set(where.values())),
+        "shared_with": ["calibration" if k == CALIBRATION_KEY else k for k in shared],
+        "rows_read": {u.step.label: min(reads[where[u.step.label]].n, u.full_rows) if where[u.step.label] in reads
+                      else 0 for u in uses},
+        "default_rows": {u.step.label: u.full_rows for u in uses},
+        "stopping": ({"rule": "default rows", "why": "every step was read at its default rows"} if decision is None
+                     else {"rule": decision.rule, "why": decision.why}),
+    }
+    return replace(result, details={**result.details, "plan": plan_details})
+
+
+def _run_procedure(claim: Claim, declaration: Declaration, context: ProtocolContext, runner: _Chambers) -> CheckResult:
+    """An instrument protocol: its procedure with the runner's staging, inside the apparatus guard."""
+    reader = _Reader(runner, context.rows, context.settle_rows, context.station)
+    try:
+        outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
+    except ProtocolUnavailable as exc:
+        return _unavailable(claim, declaration.key, exc)
+    except Exception as exc:  # the apparatus guard
+        outcome = ProtocolOutcome(measurement=_failed(declaration.unit, exc))
+    return _grade(claim, declaration, outcome, None, {})
+
+
+# ---------------------------------------------------------------------------------------- calibration
+def calibrate(chamber: ChamberLike, *, n: int = 200, osr: int = 8, settle_rows: int = 20,
+              progress: Callable[[str], None] = lambda message: None) -> CrossSensorCalibration:
+    """The cross-sensor calibration alone (the `calibrate` command): its declaration, run by this runner.
+
+    Refused before anything is staged on anything but a wind tunnel; a read that spans a reconnect or holds an
+    unset reading raises CalibrationError (nothing partial is returned).
+    """
+    kind = getattr(getattr(chamber, "layout", None), "chamber", None)
+    if kind != "wt":
+        raise CalibrationError(f"cross-sensor calibration needs a wind tunnel (chamber 'wt'), got {kind!r}")
+    declaration = barometer_protocols.cross_sensor_calibration(osr, n, settle_rows)
+    context = ProtocolContext(chambers={"wt": chamber}, rows=n, settle_rows=settle_rows, progress=progress)
+    runner = _Chambers(context)
+    (step,) = declaration.steps
+    progress(f"calibrating: {step.label}, settle {settle_rows} rows, {n} rows")
+    chamber.set_many(step.settings_dict())
+    got = runner.read("wt", n, step.reads, settle_rows)
+    readings = StepReadings(step.label, step.settings, got.columns, got.reconnected, settle_rows)
+    outcome = _evaluate(declaration, None, (readings,), None, _config(chamber))
+    assert outcome.calibration is not None
+    return outcome.calibration
+
+
+def cross_sensor_in_place(chamber: ChamberLike, state: Mapping[str, float], *, n: int,
+                          settle_rows: int) -> tuple[CrossSensorCalibration, bool]:
+    """The calibration's function on the chamber as it stands (nothing staged: the API's cross_sensor_check).
+
+    The OSR is the one all four barometers share in `state` (0 when they do not share a known one). Returns the
+    calibration and whether the read spanned a reconnect.
+    """
+    osrs = {state.get(BAROMETER_OSR[b]) for b in BAROMETERS}
+    osr = int(osrs.pop()) if len(osrs) == 1 and None not in osrs else 0
+    declaration = barometer_protocols.CROSS_SENSOR
+    (step,) = declaration.steps
+    got = _Chambers(ProtocolContext(chambers={"wt": chamber})).read("wt", n, step.reads, settle_rows)
+    settings = tuple((BAROMETER_OSR[b], float(osr)) for b in BAROMETERS) if osr else ()
+    readings = StepReadings("as staged by the caller", settings, got.columns, got.reconnected, settle_rows)
+    outcome = _evaluate(declaration, None, (readings,), None, _config(chamber))
+    assert outcome.calibration is not None
+    return outcome.calibration, got.reconnected
+
+
+def operating_range_from_columns(claim: Claim, columns: Mapping[str, np.ndarray], config: str) -> Measurement:
+    """The operating-range protocol's own function on recorded columns (a public-dataset CSV, fans off)."""
+    declaration = barometer_protocols.OPERATING_RANGE
+    (step,) = declaration.steps
+    readings = StepReadings(step.label, step.settings, {b: np.asarray(columns[b], dtype=np.float64) for b in BAROMETERS})
+    outcome = declaration.evaluate(Evaluation(claim, (readings,), declaration.matched(claim), None, config))  # type: ignore[misc]
+    assert outcome.measurement is not None
+    return outcome.measurement
