@@ -561,8 +561,28 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="token budget for the cell (input + output)")
     p.add_argument("--wall-s", type=float, default=900.0, help="wall-time budget for the cell, seconds")
     p.add_argument("--otlp", type=Path, default=None, help="also write the record as OTLP/JSON spans here")
+    add_otlp_endpoint_flag(p)
     add_model_option_flags(p)
     p.set_defaults(handler=_extract)
+
+
+def add_otlp_endpoint_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                   help="send each record's trace as OTLP/HTTP protobuf (e.g. Phoenix http://127.0.0.1:6006); "
+                        "default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def send_trace(args: argparse.Namespace, record: Path) -> dict[str, Any] | None:
+    """Post a record's trace to the OTLP endpoint of --otlp-endpoint or the OTEL_* environment, if any."""
+    from agent.otlp import otlp_headers, otlp_traces_endpoint, send_otlp
+
+    endpoint = otlp_traces_endpoint(getattr(args, "otlp_endpoint", None), os.environ)
+    if endpoint is None:
+        return None
+    import httpx
+
+    with httpx.Client(timeout=60.0) as http:
+        return send_otlp(record, endpoint, http=http, headers=otlp_headers(os.environ))
 
 
 def add_model_option_flags(p: argparse.ArgumentParser) -> None:
@@ -639,6 +659,9 @@ def _extract(args: argparse.Namespace) -> int:
         from agent.otlp import export_otlp
 
         data["otlp"] = str(export_otlp(result.record, args.otlp))
+    sent = send_trace(args, result.record)
+    if sent is not None:
+        data["otlp_sent"] = sent
     emit(args, data, lambda d: (f"{d['run_id']}: {d['outcome']} (phase two {d['phase_two']})\n"
                                 + (f"cause: {d['detail']}\n" if d["outcome"] != "submitted" else "")
                                 + f"extraction: {json.dumps(d['extraction'])}\nrecord: {d['record']}"))
@@ -664,7 +687,7 @@ def open_selected_chambers(args: argparse.Namespace) -> dict[str, Any]:
     from chamber import open_chamber
 
     params = json.loads(Path(args.params).read_text()) if getattr(args, "params", None) else None
-    limits = getattr(args, "limits", None)
+    limits = _limits_for_all(args)  # one file may cover both chambers
     if args.backend == "serial" and not args.port:
         raise CliError("--backend serial needs --port URL (device path, pty or socket://host:port)")
     if args.backend == "sim" and args.port:
@@ -686,11 +709,13 @@ def open_selected_chambers(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def close_chambers(chambers: dict[str, Any]) -> None:
+    """Leave every chamber in its safe state (chamber/safe_state.py), then close it; best effort."""
+    from chamber.safe_state import safe_close
+
     for c in chambers.values():
-        try:
-            c.close()
-        except Exception:  # closing is best effort; the original error matters more
-            log.debug("closing chamber failed", exc_info=True)
+        outcome = safe_close(c)
+        if outcome.error:
+            sys.stderr.write(f"warning: safe state not applied on {outcome.chamber}: {outcome.error}\n")
 
 
 def add_verdict_commands(sub: argparse._SubParsersAction) -> None:
@@ -894,7 +919,7 @@ def _serve_open_chambers(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.port_url:
             for url in args.port_url:
-                c = open_chamber(url, backend="serial", limits=args.limits)
+                c = open_chamber(url, backend="serial", limits=_limits_for_all(args))
                 if c.layout.chamber in chambers:
                     c.close()
                     raise CliError(f"two boards announce chamber {c.layout.chamber!r} ({url})")
@@ -903,7 +928,7 @@ def _serve_open_chambers(args: argparse.Namespace) -> dict[str, Any]:
             params = json.loads(args.params.read_text(encoding="utf-8")) if args.params else None
             for kind in (("wt", "lt") if args.chamber == "both" else (args.chamber,)):
                 chambers[kind] = open_chamber(backend="sim", chamber=kind, seed=args.seed, params=params,
-                                              limits=args.limits)
+                                              limits=_limits_for_all(args))
     except BaseException:
         for c in chambers.values():
             c.close()
@@ -943,11 +968,7 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for c in chambers.values():
-            try:
-                c.close()
-            except Exception:  # closing is best effort
-                log.debug("closing chamber failed", exc_info=True)
+        close_chambers(chambers)  # safe state, then close
     return 0
 
 
@@ -968,6 +989,8 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--station", default=None, metavar="STATION_FILE",
                    help="lab instruments to grade with as well (default with emulated boards: the simulated station)")
     p.add_argument("--no-station", action="store_true", help="grade with the chamber alone")
+    p.add_argument("--limits", default=None,
+                   help="operator limits file (YAML/JSON; one file may cover both chambers) enforced by the driver")
     p.set_defaults(handler=cmd_run)
 
     p = command(sub, "runs", "list runs recorded in the index (runs/index.sqlite)")
@@ -991,6 +1014,13 @@ class StepProgress:
         if self.tty and self.done >= self.total:
             sys.stderr.write("\n")
         sys.stderr.flush()
+
+
+def _limits_for_all(args: argparse.Namespace) -> Any:
+    """The --limits file in its two-chamber form: a file for one chamber limits that one and not the other."""
+    from chamber.limits import load_limits
+
+    return load_limits(args.limits).covering() if getattr(args, "limits", None) else None
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -1052,8 +1082,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     progress(args, f"emulated {kind} board on {board.url}")
             chambers: dict[str, Any] = {}
             for url in urls:
-                c = open_chamber(url, backend="serial")
-                stack.callback(c.close)
+                c = open_chamber(url, backend="serial", limits=_limits_for_all(args))
+                stack.callback(close_chambers, {url: c})  # safe state, then close
                 chambers[c.layout.chamber] = c
                 progress(args, f"connected {c.layout.chamber} ({c.config}, {c.layout.row_length} variables) on {url}")
 
@@ -1085,12 +1115,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 summary["agent"] = _run_agent(args, claims, chambers, run_dir, run_id, index, stack)
         summary["report"] = _write_report(run_dir, summary)
         status = "finished"
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: chambers made safe above; the index and summary say so
+        status = "interrupted"
+        summary["interrupted"] = True
     finally:
         summary["seconds"] = round(time.monotonic() - started, 1)
         index.finish_run(run_id, _utc_now(), status, summary)
         index.close()
     emit(args, summary, _render_run_summary)
-    return 0
+    return 130 if status == "interrupted" else 0
 
 
 def _sim_station_file() -> Path:
@@ -1497,8 +1530,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from chamber.stop import sigterm_as_interrupt
+
     try:
-        result = args.handler(args)
+        with sigterm_as_interrupt():  # SIGTERM unwinds like Ctrl-C: exit paths apply the safe state
+            result = args.handler(args)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130

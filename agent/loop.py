@@ -160,7 +160,8 @@ def datasheet_local_tools(pdf_path: Path) -> tuple[list[LocalTool], str]:
 
 def tool_surface(specs: list[ToolSpec], name: str, version: str) -> ToolSurface:
     schema = [{"name": s.name, "description": s.description, "input_schema": s.input_schema} for s in specs]
-    return ToolSurface(name=name, version=version, sha256=canonical_sha256(schema), tools=[s.name for s in specs])
+    return ToolSurface(name=name, version=version, sha256=canonical_sha256(schema), tools=[s.name for s in specs],
+                       specs=schema)
 
 
 # --------------------------------------------------------------------------------------------- the loop
@@ -523,6 +524,7 @@ def run_cell(
     ds_info = {"path": str(datasheet), "sha256": sha256_of(datasheet) if datasheet.exists() else None}
     config = {"budget": asdict(budget), "chamber": chamber.base_url if chamber is not None else None,
               "model_options": getattr(model, "options", None) or {},
+              "model_endpoint": getattr(model, "base_url", None),
               "phase_two": "enabled" if chamber is not None else "skipped"}
     with RecordWriter(Path(record_dir), run_id, clock) as writer:
         cell = _Cell(claim, model, tools, surface_version or "unversioned", writer, chamber, budget, clock, sleep,

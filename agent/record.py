@@ -40,6 +40,9 @@ class ToolSurface(BaseModel):
     version: str
     sha256: str  # of the canonical JSON of [{name, description, input_schema}, ...]
     tools: list[str]
+    # the offered definitions themselves ({name, description, input_schema}), so a trace or an eval log can show
+    # what the model was offered and the hash can be checked; empty in records written before they were kept
+    specs: list[dict[str, Any]] = []
 
 
 class RunStart(_Event):
