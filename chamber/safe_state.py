@@ -144,3 +144,25 @@ def make_safe_and_close(chambers: Mapping[str, Any], safe: SafeState) -> list[Sa
         except Exception:  # closing is best effort
             log.debug("closing chamber failed", exc_info=True)
     return outcomes
+
+
+def safe_state_of(chamber: Any) -> SafeState:
+    """The safe state a chamber's own limits give (its `safe:` section), else the default."""
+    limits = getattr(chamber, "limits", None)
+    if limits is not None and limits.safe is not None:
+        try:
+            kind = chamber.layout.chamber
+        except ChamberError:
+            return SafeState()
+        return SafeState({**DEFAULT_SAFE, kind: dict(limits.safe)}, "operator limits file (safe:)")
+    return SafeState()
+
+
+def safe_close(chamber: Any, safe: SafeState | None = None) -> SafeOutcome:
+    """Apply the safe state (given, else the chamber's own limits' or the default), then close the chamber."""
+    outcome = apply_safe_state(chamber, safe or safe_state_of(chamber))
+    try:
+        chamber.close()
+    except Exception:  # closing is best effort
+        log.debug("closing chamber failed", exc_info=True)
+    return outcome

@@ -284,3 +284,30 @@ def test_a_safe_state_outside_the_limits_or_unknown_is_refused_at_connect():
                      limits={"variables": {"load_in": {"min": 0.1}}, "safe": {"load_in": 0}})
     with pytest.raises(LimitsError, match="'red'"):
         open_chamber(backend="sim", chamber="wt", limits={"safe": {"red": 0}})
+
+
+def test_an_interrupted_main_job_is_indexed_interrupted_prints_its_summary_and_leaves_both_chambers_safe(
+        tmp_path, monkeypatch, capsys):
+    import chamber.safe_state as safe_state
+    from agent.runindex import RunIndex
+
+    made_safe: list[str] = []
+    real_apply = safe_state.apply_safe_state
+
+    def recording_apply(chamber, safe):
+        outcome = real_apply(chamber, safe)
+        made_safe.append(outcome.chamber)
+        return outcome
+
+    def interrupted_checks(*args, **kwargs):  # the operator stops the job as the checks begin
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(safe_state, "apply_safe_state", recording_apply)
+    monkeypatch.setattr(bench_cli, "StepProgress", interrupted_checks)
+    code, summary = cli("run", "--runs-dir", str(tmp_path), "--no-agent", "--no-station", "--rows", "10", "--json",
+                        capsys=capsys)
+    assert code == 130 and summary["interrupted"] is True
+    assert sorted(made_safe) == ["lt", "wt"]
+    index = RunIndex(tmp_path / "index.sqlite")
+    assert [r.status for r in index.runs()] == ["interrupted"]
+    index.close()
