@@ -616,7 +616,7 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def _in_process_chamber_service(args: argparse.Namespace, stack: Any) -> str:
+def _in_process_chamber_service(args: argparse.Namespace, stack: Any, api_dir: Path | None = None) -> str:
     """Both simulated chambers behind the chamber tools API on 127.0.0.1 (a free port); closed with the stack."""
     from chamber import open_chamber
     from protocols.api.server import running_api
@@ -625,7 +625,7 @@ def _in_process_chamber_service(args: argparse.Namespace, stack: Any) -> str:
     for kind in ("wt", "lt"):
         chambers[kind] = open_chamber(backend="sim", chamber=kind)
         stack.callback(chambers[kind].close)
-    url = stack.enter_context(running_api(chambers, record_dir=Path(args.record) / "api"))
+    url = stack.enter_context(running_api(chambers, record_dir=api_dir or Path(args.record) / "api"))
     progress(args, f"chamber tools API on the simulator at {url}")
     return url
 
@@ -1400,6 +1400,9 @@ def add_scoring_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prices", type=Path, default=None, help="price table (JSON/YAML) for cost per cell")
     p.add_argument("--max-turns", type=int, default=30)
     p.add_argument("--wall-s", type=float, default=900.0)
+    p.add_argument("--chamber-url", default=None,
+                   help="chamber tools API base URL for phase two (default: an in-process service on the simulator)")
+    p.add_argument("--no-chamber", action="store_true", help="phase one only: no chamber tools")
     p.set_defaults(handler=_cmd_matrix)
 
     p = command(sub, "report", "write RUN_DIR/report.md, report.html and figures from what the run folder holds")
@@ -1448,8 +1451,12 @@ def _cmd_import_archive(args: argparse.Namespace) -> int:
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
+    import contextlib
     import time
 
+    import httpx
+
+    from agent.chamber_client import ChamberClient
     from agent.loop import Budget
     from agent.models import client_for
     from agent.scoring.arms import ARMS
@@ -1474,10 +1481,14 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     ds = _datasheets_arg(args)
     if not ds.exists():
         raise CliError(f"datasheet folder {ds} not found (give --datasheets or set CHAMBERLAB_SHARED)")
-    run = run_matrix(plan(models, ids, args.repeats, arms), claims=claims, out=args.out, datasheets_dir=ds,
-                     client_factory=lambda spec: client_for(spec, os.environ), clock=time.time,
-                     concurrency=args.concurrency, budget=Budget(max_turns=args.max_turns, wall_s=args.wall_s),
-                     sleep=time.sleep, progress=lambda m: progress(args, m))
+    with contextlib.ExitStack() as stack:  # phase two: the chamber service, in process unless --chamber-url
+        url = None if args.no_chamber else (
+            args.chamber_url or _in_process_chamber_service(args, stack, api_dir=Path(args.out) / "api"))
+        chamber = ChamberClient(stack.enter_context(httpx.Client(base_url=url, timeout=60.0))) if url else None
+        run = run_matrix(plan(models, ids, args.repeats, arms), claims=claims, out=args.out, datasheets_dir=ds,
+                         client_factory=lambda spec: client_for(spec, os.environ), clock=time.time,
+                         concurrency=args.concurrency, budget=Budget(max_turns=args.max_turns, wall_s=args.wall_s),
+                         sleep=time.sleep, progress=lambda m: progress(args, m), chamber=chamber)
     scores = score_paths([args.out], claims=claims, datasheets_dir=ds, prices=prices)
     (args.out / "scores.json").write_text(json.dumps(scores, default=_json_default), encoding="utf-8")
     data = {"run": run, "summary": scores["summary"], "out": str(args.out)}

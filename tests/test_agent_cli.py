@@ -91,3 +91,45 @@ def test_matrix_exits_non_zero_when_cells_end_in_engine_error(tmp_path, capsys):
                                "dps310-pressure-rate-range", "--out", str(tmp_path / "m"), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 1 and data["run"]["engine_errors"]
+
+
+def test_matrix_runs_phase_two_against_the_in_process_chamber_service_by_default(tmp_path, capsys):
+    shared_path("datasheets", "DPS310.pdf")
+    out = tmp_path / "m"
+    code = bench_cli.main(["matrix", "--models", "scripted:reader", "--claims", "dps310-operating-range",
+                           "--out", str(out), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["run"]["ran"] == 1 and data["run"]["phase_two:completed"] == 1
+    (record,) = (out / "cells").glob("*.jsonl")
+    events = validate_record(record)  # no chamber call before the freeze
+    chamber_calls = [e.tool for e in events if e.kind == "tool_call" and e.phase == "chamber"]
+    assert chamber_calls == ["describe_chamber", "run_protocol", "submit_chamber_outcome"]
+    assert events[0].chamber["session_id"] and list((out / "api").glob("*.jsonl"))  # the service's own record
+    extraction = json.loads(next((out / "extractions").glob("*.json")).read_text())
+    assert extraction["phase_two"] == "completed" and extraction["chamber_outcome"]
+
+
+def test_matrix_with_no_chamber_records_phase_two_as_skipped(tmp_path, capsys):
+    shared_path("datasheets", "DPS310.pdf")
+    code = bench_cli.main(["matrix", "--models", "scripted:reader", "--claims", "dps310-operating-range",
+                           "--out", str(tmp_path / "m"), "--no-chamber", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["run"]["phase_two:skipped"] == 1 and "phase_two:completed" not in data["run"]
+
+
+def test_matrix_takes_a_chamber_service_by_url(tmp_path, capsys):
+    from chamber import open_chamber
+    from protocols.api.server import running_api
+
+    shared_path("datasheets", "DPS310.pdf")
+    chambers = {k: open_chamber(backend="sim", chamber=k) for k in ("wt", "lt")}
+    try:
+        with running_api(chambers, record_dir=tmp_path / "service") as url:
+            code = bench_cli.main(["matrix", "--models", "scripted:reader", "--claims", "dps310-operating-range",
+                                   "--out", str(tmp_path / "m"), "--chamber-url", url, "--json"])
+    finally:
+        for c in chambers.values():
+            c.close()
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["run"]["phase_two:completed"] == 1
+    assert list((tmp_path / "service").glob("*.jsonl")) and not (tmp_path / "m" / "api").exists()

@@ -2,7 +2,9 @@
 
 Why resumable and file-based: a matrix of paid model calls is interrupted (rate limits, a laptop lid); a cell whose
 record already ends with run_end is never paid for twice, and a cell cut short is discarded (its partial record
-removed) and run again — a half-written record is never scored. Everything a score needs stays on disk:
+removed) and run again — a half-written record is never scored. With a chamber service every cell that
+submits its extraction goes on to phase two (the chamber tools, over HTTP); without one the record says phase
+two was skipped. Everything a score needs stays on disk:
 `RUN_DIR/cells/<run_id>.jsonl` (+ blobs), `RUN_DIR/extractions/<run_id>.json`, then `RUN_DIR/scores.json`.
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from agent.chamber_client import ChamberClient
 from agent.loop import Budget, run_cell
 from agent.scoring.arms import arm_setup
 from agent.scoring.cells import slug
@@ -101,12 +104,14 @@ def run_matrix(
     decoy_for: Callable[[Any], Path] | None = None,
     progress: Callable[[str], None] | None = None,
     engine_error_retries: int = 2,
+    chamber: ChamberClient | None = None,
 ) -> dict[str, Any]:
     """Run every cell not already recorded under `out`; returns counts of what ran, was skipped or failed.
 
     A finished cell is kept, except one that ended in engine_error (an HTTP failure, a provider fault — not
     the model's doing): a resume runs it again, up to `engine_error_retries` times, the failed attempts moved
-    to `<out>/retired/`. `engine_errors` in the result lists the cells whose latest record is engine_error."""
+    to `<out>/retired/`. `engine_errors` in the result lists the cells whose latest record is engine_error.
+    `chamber` (one client, shared: each cell opens its own session) runs phase two; None skips it."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     missing = sorted({c.claim_id for c in cells} - set(claims))
@@ -144,7 +149,7 @@ def run_matrix(
             setup = arm_setup(cell.arm, pdf, decoy_pdf=decoy)
             model = setup.model(client_factory(cell.model))
             result = run_cell(claim, model=model, datasheet=pdf, record_dir=cells_dir, clock=clock, budget=budget,
-                              sleep=sleep, run_id=cell.run_id, tools=setup.tools,
+                              sleep=sleep, run_id=cell.run_id, tools=setup.tools, chamber=chamber,
                               surface_version=setup.surface_version)
         except Exception as e:  # one broken cell must not stop the matrix; it is reported, not scored as a pass
             log.warning("cell %s failed: %s", cell.run_id, e)
@@ -154,11 +159,13 @@ def run_matrix(
             return
         payload = {"run_id": cell.run_id, "claim_id": cell.claim_id, "model": cell.model, "arm": cell.arm,
                    "repeat": cell.repeat, "outcome": result.outcome, "extraction": result.extraction,
-                   "extraction_sha256": result.extraction_sha256, "record": str(result.record)}
+                   "extraction_sha256": result.extraction_sha256, "phase_two": result.phase_two,
+                   "chamber_outcome": result.chamber_outcome, "record": str(result.record)}
         (ex_dir / f"{cell.run_id}.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
         with lock:
             status["ran"] += 1
             status[f"outcome:{result.outcome}"] += 1
+            status[f"phase_two:{result.phase_two}"] += 1
         if progress is not None:
             progress(f"{cell.run_id}: {result.outcome}")
 
