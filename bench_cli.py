@@ -224,6 +224,13 @@ def add_chamber_commands(sub: argparse._SubParsersAction) -> None:
                      help="check the protocol against the catalogue of --chamber/--config (and --limits) offline")
     _operator_args(run)
     run.set_defaults(handler=_chamber_run)
+    shell = command(chamber_sub, "shell", "an interactive SET/MSR/WAIT/RST prompt (checked before sending; Tab "
+                                          "completes variable names)")
+    _chamber_target_args(shell)
+    _operator_args(shell)
+    shell.add_argument("--history", type=Path, default=Path.home() / ".chamberlab_history",
+                       help="readline history file (default ~/.chamberlab_history)")
+    shell.set_defaults(handler=_chamber_shell)
 
 
 def _chamber_target_args(p: argparse.ArgumentParser) -> None:
@@ -353,6 +360,69 @@ def _chamber_measure(args: argparse.Namespace) -> int:
 
     emit(args, data, render)
     return 130 if interrupted else 0
+
+
+def _chamber_shell(args: argparse.Namespace) -> int:
+    import time
+
+    from chamber.safe_state import apply_safe_state, check_safe_state
+    from chamber.shell import Shell
+
+    safe = _safe_state_for(args)
+    chamber = _open_chamber_from_args(args)
+    lines = 0
+    try:
+        check_safe_state(chamber, safe)
+        shell = Shell(chamber, wait=time.sleep)
+        interactive = sys.stdin.isatty()
+        if interactive:
+            try:
+                import readline
+
+                readline.set_completer_delims(" \t")
+                readline.parse_and_bind("tab: complete")
+                readline.set_completer(lambda text, i: (shell.complete(readline.get_line_buffer()) + [None])[i])
+                if args.history.exists():
+                    readline.read_history_file(args.history)
+            except (ImportError, OSError):  # no readline (or no history yet): a plain prompt
+                readline = None  # type: ignore[assignment]
+        sys.stderr.write(f"chamber {chamber.layout.chamber}/{chamber.config}; 'help' for instructions, "
+                         "Tab completes, Ctrl-D quits\n")
+        while True:
+            try:
+                line = input(">>> ") if interactive else sys.stdin.readline()
+            except EOFError:
+                break
+            if not interactive and not line:
+                break
+            lines += 1
+            reply = shell.execute(line)
+            if reply.frame is not None:
+                names = reply.frame.names
+                sys.stdout.write(",".join(names) + "\n")
+                for row in reply.frame.values.tolist():
+                    sys.stdout.write(",".join("" if v != v else f"{v:g}" for v in row) + "\n")
+            if reply.text:
+                sys.stderr.write(("  " if reply.ok else "  ! ") + reply.text.replace("\n", "\n  ") + "\n")
+            sys.stdout.flush()
+            if reply.quit:
+                break
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+    finally:
+        outcome = apply_safe_state(chamber, safe).to_dict()
+        chamber.close()
+        if sys.stdin.isatty():
+            try:
+                import readline
+
+                readline.write_history_file(args.history)
+            except (ImportError, OSError):
+                pass
+    progress(args, _render_safe([outcome]))
+    if args.json:
+        emit(args, {"lines": lines, "safe_state": outcome})
+    return 0
 
 
 def _chamber_run(args: argparse.Namespace) -> int:

@@ -311,3 +311,31 @@ def test_an_interrupted_main_job_is_indexed_interrupted_prints_its_summary_and_l
     index = RunIndex(tmp_path / "index.sqlite")
     assert [r.status for r in index.runs()] == ["interrupted"]
     index.close()
+
+
+# ----------------------------------------------------------------------------------------------- the shell
+def test_shell_checks_each_line_against_catalogue_and_limits_before_sending_and_completes_names():
+    from chamber.shell import Shell
+
+    chamber = open_chamber(backend="sim", chamber="wt", limits={"variables": {"load_in": {"max": 0.5}}})
+    shell = Shell(chamber, wait=lambda s: None)
+    sent = chamber.backend.counters()["messages"]
+    assert not shell.execute("SET,load_in,0.6").ok and "0.5 (operator limits)" in shell.execute("SET,load_in,0.6").text
+    assert "settable variable" in shell.execute("SET,red,1").text
+    assert "expected MSR,<rows" in shell.execute("MSR,x,0").text
+    assert chamber.backend.counters()["messages"] == sent  # nothing went out
+    assert shell.execute("SET,load_in,0.25").text == "OK load_in=0.25"
+    assert len(shell.execute("MSR,3,0").frame) == 3
+    assert shell.complete("SET,load_") == ["SET,load_in,", "SET,load_out,"]
+    assert shell.complete("MS") == ["MSR,"] and shell.execute("quit").quit
+
+
+def test_chamber_shell_from_a_pipe_applies_the_safe_state_on_exit(tmp_path):
+    safe = tmp_path / "safe.yaml"
+    safe.write_text("wt: {load_in: 0, load_out: 0, hatch: 0}\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench_cli.py"), "chamber", "shell", "--backend", "sim",
+                           "--safe", str(safe)], input="SET,hatch,20\nSET,load_in,0.7\nMSR,1,0\n",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "OK hatch=20" in proc.stderr and "safe state wt: load_in=0, load_out=0, hatch=0" in proc.stderr
+    assert proc.stdout.startswith("counter,flag,intervention,hatch")
