@@ -632,6 +632,8 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wall-s", type=float, default=900.0, help="wall-time budget for the cell, seconds")
     p.add_argument("--otlp", type=Path, default=None, help="also write the record as OTLP/JSON spans here")
     add_otlp_endpoint_flag(p)
+    p.add_argument("--inspect-log", type=Path, default=None, metavar="DIR",
+                   help="also write the record as an inspect-ai eval log (.json) in DIR")
     add_model_option_flags(p)
     p.set_defaults(handler=_extract)
 
@@ -732,6 +734,10 @@ def _extract(args: argparse.Namespace) -> int:
     sent = send_trace(args, result.record)
     if sent is not None:
         data["otlp_sent"] = sent
+    if args.inspect_log is not None:
+        from agent.inspect_log import export_eval_logs
+
+        data["inspect_log"] = [str(p) for p in export_eval_logs([result.record], args.inspect_log)]
     emit(args, data, lambda d: (f"{d['run_id']}: {d['outcome']} (phase two {d['phase_two']})\n"
                                 + (f"cause: {d['detail']}\n" if d["outcome"] != "submitted" else "")
                                 + f"extraction: {json.dumps(d['extraction'])}\nrecord: {d['record']}"))
@@ -1473,6 +1479,8 @@ def add_scoring_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chamber-url", default=None,
                    help="chamber tools API base URL for phase two (default: an in-process service on the simulator)")
     p.add_argument("--no-chamber", action="store_true", help="phase one only: no chamber tools")
+    p.add_argument("--inspect-log", action="store_true",
+                   help="also write OUT/inspect/: one inspect-ai eval log (.json) per model, every cell a sample")
     p.set_defaults(handler=_cmd_matrix)
 
     p = command(sub, "report", "write RUN_DIR/report.md, report.html and figures from what the run folder holds")
@@ -1562,6 +1570,12 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     scores = score_paths([args.out], claims=claims, datasheets_dir=ds, prices=prices)
     (args.out / "scores.json").write_text(json.dumps(scores, default=_json_default), encoding="utf-8")
     data = {"run": run, "summary": scores["summary"], "out": str(args.out)}
+    if args.inspect_log:
+        from agent.inspect_log import export_eval_logs
+
+        records = [args.out / "cells" / f"{c.run_id}.jsonl" for c in plan(models, ids, args.repeats, arms)]
+        data["inspect_log"] = [str(p) for p in export_eval_logs([r for r in records if r.exists()],
+                                                                 args.out / "inspect")]
     emit(args, data, lambda d: f"{d['run']}\nscores: {d['out']}/scores.json; flagged {d['summary']['flagged']}")
     # Cells that crashed or ended in engine_error are not results: say so in the exit code (a resume retries them).
     return 1 if run.get("failures") or run.get("engine_errors") else 0

@@ -90,7 +90,7 @@ def _turn_error_type(e: Any) -> str | None:
     return last.split(":", 1)[0].split(" ", 1)[0] or "_OTHER"
 
 
-def _tool_text(e: Any, record_dir: Path | None) -> tuple[str, bool]:
+def tool_output_text(e: Any, record_dir: Path | None) -> tuple[str, bool]:
     """A tool call's whole output (from its blob) and whether only the record's kept prefix was available."""
     if record_dir is not None:
         blob = Path(record_dir) / e.blob
@@ -101,7 +101,7 @@ def _tool_text(e: Any, record_dir: Path | None) -> tuple[str, bool]:
     return e.output_text, e.output_kept_bytes < e.output_bytes
 
 
-def _tool_message(e: Any, text: str) -> dict[str, Any]:
+def tool_message(e: Any, text: str) -> dict[str, Any]:
     note = "".join(f"\n[image {a['mime_type']}, {a['bytes']} bytes, sha256 {a['sha256']}, delivered as "
                    f"{a.get('delivered_as', 'tool_result')}]" for a in e.attachments)
     return {"role": "tool", "tool_call_id": e.tool_call_id, "name": e.tool, "content": text + note}
@@ -129,7 +129,7 @@ def conversation(events: list[Any], record_dir: Path | None = None) -> dict[int,
             turns[e.seq] = (sent, answer)
             messages.append(answer)
         elif e.kind == "tool_call":
-            messages.append(_tool_message(e, _tool_text(e, record_dir)[0]))
+            messages.append(tool_message(e, tool_output_text(e, record_dir)[0]))
     return turns
 
 
@@ -256,7 +256,7 @@ def record_to_otlp(events: list[Any], *, include_content: bool = True,
             }
             truncated = e.output_kept_bytes < e.output_bytes
             if include_content:
-                text, truncated = _tool_text(e, record_dir)
+                text, truncated = tool_output_text(e, record_dir)
                 args = json.dumps(e.arguments, ensure_ascii=False)
                 attrs.update({"gen_ai.tool.call.arguments": args, "gen_ai.tool.call.result": text,
                               "input.value": args, "input.mime_type": "application/json", "output.value": text})
