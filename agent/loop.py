@@ -149,11 +149,12 @@ def adapt_datasheet_tool(definition: Any) -> LocalTool:
     return LocalTool(spec, run)
 
 
-def datasheet_local_tools(pdf_path: Path) -> tuple[list[LocalTool], str]:
-    """Open a datasheet session on `pdf_path`; returns the phase-one tools and the tool surface version."""
+def datasheet_local_tools(pdf_path: Path, cache: Any = None) -> tuple[list[LocalTool], str]:
+    """Open a datasheet session on `pdf_path`; returns the phase-one tools and the tool surface version.
+    `cache` (a ManifestCache) lets sessions on the same document share one reading of it."""
     from agent.datasheet import tools as ds_tools
 
-    session = ds_tools.DatasheetSession(pdf_path)
+    session = ds_tools.DatasheetSession(pdf_path, cache)
     version = str(getattr(ds_tools, "TOOL_SURFACE_VERSION", None) or getattr(ds_tools, "__version__", "unversioned"))
     return [adapt_datasheet_tool(d) for d in ds_tools.datasheet_tools(session)], version
 

@@ -191,3 +191,39 @@ def test_matrix_retries_engine_error_cells_on_resume_up_to_a_cap(claims, datashe
     assert len(list((tmp_path / "retired").glob("*.jsonl"))) == 1
     fourth = run_matrix(cells, **{**kw, "engine_error_retries": 3})
     assert fourth.get("retried_engine_error") == 1 and fourth["engine_errors"] == []
+
+
+def _tree_bytes(cells_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(cells_dir)): p.read_bytes() for p in sorted(cells_dir.rglob("*")) if p.is_file()}
+
+
+def test_with_a_clock_per_cell_the_records_do_not_depend_on_concurrency(claims, datasheets, tmp_path):
+    from agent.models import client_for
+
+    cells = plan(["scripted:skip-search", "scripted:closed-book"], [CLAIM, "dps310-operating-range"], 3,
+                 ["normal"])
+    kw = dict(claims=claims, datasheets_dir=datasheets, client_factory=lambda s: client_for(s, {}), clock=clock(),
+              clock_for=lambda cell: clock())
+    one = run_matrix(cells, out=tmp_path / "one", concurrency=1, **kw)
+    many = run_matrix(cells, out=tmp_path / "many", concurrency=8, **kw)
+    assert one["ran"] == many["ran"] == 12
+    sequential, concurrent = _tree_bytes(tmp_path / "one" / "cells"), _tree_bytes(tmp_path / "many" / "cells")
+    assert sequential.keys() == concurrent.keys() and sequential == concurrent
+
+
+def test_cells_sharing_one_reading_of_a_datasheet_record_what_a_fresh_reading_gives(claims, datasheets, tmp_path):
+    from agent.datasheet.manifest import ManifestCache
+
+    claim = claims["dps310-operating-range"]
+    pdf = datasheets / claim.identity.filename
+    cache = ManifestCache(keep_readings=True)
+    records = []
+    for label, setup_cache in (("fresh", None), ("first", cache), ("shared", cache)):
+        setup = arm_setup("normal", pdf, cache=setup_cache)
+        result = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"), datasheet=pdf,
+                          record_dir=tmp_path / label, clock=clock(), run_id="cell", tools=setup.tools,
+                          surface_version=setup.surface_version)
+        assert result.outcome == "submitted"
+        records.append(_tree_bytes(tmp_path / label))
+    assert records[0] == records[1] == records[2]
+    assert len(cache._readings) == 1

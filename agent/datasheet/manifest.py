@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,12 +95,33 @@ class LoadedDatasheet:
         self.doc.close()
 
 
-class ManifestCache:
-    """Manifests by file SHA-256: in memory, and also as JSON files when a directory is given."""
+@dataclass(frozen=True)
+class _Reading:
+    """What reading a document produced, shared by every later session on the same bytes: pages, contents,
+    manifest and the search index (all read-only once built; each session still opens its own document)."""
 
-    def __init__(self, directory: Path | None = None):
+    pages: list[PageText]
+    toc: list[TocEntry]
+    manifest: Manifest
+    index: SearchIndex
+
+
+class ManifestCache:
+    """Manifests by file SHA-256: in memory, and also as JSON files when a directory is given.
+
+    With `keep_readings`, the whole reading (page text, contents, search index) is kept in memory too, so many
+    sessions on the same datasheet — a matrix runs dozens at once — read and index it once instead of each
+    paying for it (and contending for the interpreter while doing so)."""
+
+    def __init__(self, directory: Path | None = None, *, keep_readings: bool = False):
         self.directory = Path(directory) if directory else None
         self._memory: dict[str, Manifest] = {}
+        self.keep_readings = keep_readings
+        self._readings: dict[str, _Reading] = {}
+        self._lock = threading.Lock()
+
+    def reading(self, sha256: str) -> _Reading | None:
+        return self._readings.get(sha256)
 
     def get(self, sha256: str) -> Manifest | None:
         if sha256 in self._memory:
@@ -140,6 +162,21 @@ def load_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Loade
 
 def _read(path: Path, doc: pymupdf.Document, sha: str, cache: ManifestCache | None) -> LoadedDatasheet:
     """Read and index an open document whose file hash is `sha` (the caller closes `doc` if this raises)."""
+    kept = cache.reading(sha) if cache else None
+    if kept is not None:
+        return LoadedDatasheet(path, doc, kept.pages, kept.toc, kept.manifest, kept.index)
+    if cache is not None and cache.keep_readings:
+        with cache._lock:  # one thread reads a document; the others wait for its reading instead of repeating it
+            kept = cache.reading(sha)
+            if kept is None:
+                loaded = _read_pages(path, doc, sha, cache)
+                cache._readings[sha] = _Reading(loaded.pages, loaded.toc, loaded.manifest, loaded.index)
+                return loaded
+        return LoadedDatasheet(path, doc, kept.pages, kept.toc, kept.manifest, kept.index)
+    return _read_pages(path, doc, sha, cache)
+
+
+def _read_pages(path: Path, doc: pymupdf.Document, sha: str, cache: ManifestCache | None) -> LoadedDatasheet:
     pages = [read_page(p) for p in doc]
     mark_running_lines(pages)
     cached = cache.get(sha) if cache else None

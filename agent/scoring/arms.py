@@ -54,20 +54,21 @@ def null_tool(tool: LocalTool) -> LocalTool:
     return LocalTool(tool.spec, lambda arguments: ToolOutput(""))
 
 
-def arm_setup(arm: str, pdf: Path, *, decoy_pdf: Path | None = None) -> ArmSetup:
-    """Tools and surface version for `arm` on the intended datasheet `pdf`."""
+def arm_setup(arm: str, pdf: Path, *, decoy_pdf: Path | None = None, cache: Any = None) -> ArmSetup:
+    """Tools and surface version for `arm` on the intended datasheet `pdf`; `cache` (a ManifestCache) shares
+    one reading of each document between cells."""
     if arm not in ARMS:
         raise ArmError(f"unknown arm {arm!r}; known: {', '.join(ARMS)}")
     if arm == "wrong-content":
         if decoy_pdf is None or Path(decoy_pdf).resolve() == Path(pdf).resolve():
             raise ArmError("the wrong-content arm needs a decoy datasheet different from the intended one")
-        tools, version = datasheet_local_tools(Path(decoy_pdf))
+        tools, version = datasheet_local_tools(Path(decoy_pdf), cache)
         return ArmSetup(arm, tools, f"{version}{ARM_MARK}{arm}")
     if arm in ("withhold-navigation", "closed-book"):
         return ArmSetup(arm, [], f"none{ARM_MARK}{arm}")
     if arm == "single-pass":
         return ArmSetup(arm, [], f"none{ARM_MARK}{arm}", lambda model: DocumentInRequest(model, Path(pdf)))
-    tools, version = datasheet_local_tools(Path(pdf))
+    tools, version = datasheet_local_tools(Path(pdf), cache)
     if arm == "withhold-crosscheck":
         tools = [t for t in tools if t.spec.name not in CROSS_CHECK_TOOLS]
     elif arm == "null-tool":

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from agent.chamber_client import ChamberClient
+from agent.datasheet.manifest import ManifestCache
 from agent.loop import Budget, run_cell
 from agent.scoring.arms import arm_setup
 from agent.scoring.cells import slug
@@ -105,13 +106,16 @@ def run_matrix(
     progress: Callable[[str], None] | None = None,
     engine_error_retries: int = 2,
     chamber: ChamberClient | None = None,
+    clock_for: Callable[[MatrixCell], Callable[[], float]] | None = None,
 ) -> dict[str, Any]:
     """Run every cell not already recorded under `out`; returns counts of what ran, was skipped or failed.
 
     A finished cell is kept, except one that ended in engine_error (an HTTP failure, a provider fault — not
     the model's doing): a resume runs it again, up to `engine_error_retries` times, the failed attempts moved
     to `<out>/retired/`. `engine_errors` in the result lists the cells whose latest record is engine_error.
-    `chamber` (one client, shared: each cell opens its own session) runs phase two; None skips it."""
+    `chamber` (one client, shared: each cell opens its own session) runs phase two; None skips it.
+    `clock_for` gives each cell its own clock (an injected, deterministic one makes every record independent
+    of concurrency and scheduling, byte for byte); by default all cells read the shared `clock`."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     missing = sorted({c.claim_id for c in cells} - set(claims))
@@ -141,15 +145,18 @@ def run_matrix(
             status["restarted"] += 1
         todo.append(cell)
 
+    readings = ManifestCache(keep_readings=True)  # each datasheet read and indexed once for all cells
+
     def one(cell: MatrixCell) -> None:
         claim = claims[cell.claim_id]
         pdf = Path(datasheets_dir) / claim.identity.filename
         try:
             decoy = (decoy_for or (lambda c: default_decoy(c, datasheets_dir)))(claim) if cell.arm == "wrong-content" else None
-            setup = arm_setup(cell.arm, pdf, decoy_pdf=decoy)
+            setup = arm_setup(cell.arm, pdf, decoy_pdf=decoy, cache=readings)
             model = setup.model(client_factory(cell.model))
-            result = run_cell(claim, model=model, datasheet=pdf, record_dir=cells_dir, clock=clock, budget=budget,
-                              sleep=sleep, run_id=cell.run_id, tools=setup.tools, chamber=chamber,
+            cell_clock = clock_for(cell) if clock_for is not None else clock
+            result = run_cell(claim, model=model, datasheet=pdf, record_dir=cells_dir, clock=cell_clock,
+                              budget=budget, sleep=sleep, run_id=cell.run_id, tools=setup.tools, chamber=chamber,
                               surface_version=setup.surface_version)
         except Exception as e:  # one broken cell must not stop the matrix; it is reported, not scored as a pass
             log.warning("cell %s failed: %s", cell.run_id, e)
