@@ -8,7 +8,8 @@ The rule (metrology.md; ILAC-G8:2019 §4.2.3 non-binary statement with guard ban
           = 0            (tolerance.meaning == "none")
     c     = sqrt(u² + t_eff²)                      combined standard uncertainty of the comparison
 
-  Bound claims (kind "range", "max_rating"; and "typical"/"accuracy" claims stated as bounds, value None):
+  Bound claims (kind "range", "max_rating"; "accuracy" claims stated as bounds, value None; and "typical" claims
+  with a printed Min. and/or Max., graded against those printed limits — the Typ. beside them is not a limit):
     d = max(low − m, m − high)   (two-sided; a missing side is left out: d = m − high or d = low − m)
     d is the signed distance by which m violates the claim: negative inside the bounds, by the margin.
       d < −c        → pass  (zone "pass": the claim holds with margin greater than c)
@@ -18,7 +19,8 @@ The rule (metrology.md; ILAC-G8:2019 §4.2.3 non-binary statement with guard ban
     Boundary convention: CLOSED guard band — |d| = c exactly is inconclusive; the band includes its edges.
     m exactly on a bound (d = 0) is in the conditional-pass zone (the bounds are inclusive).
 
-  Point claims (kind "typical"/"accuracy" with a stated value s):
+  Point claims (kind "accuracy" with a stated value s and its printed band t; and "typical" with no printed
+  Min./Max., see below):
     d = |m − s|; this is the VIM 2.47 metrological-compatibility test at standard-uncertainty level (|E_n| ≤ 1):
       d ≤ c  → pass (zone "pass": m is compatible with s)
       d > c  → fail (zone "fail": incompatible)
@@ -27,6 +29,14 @@ The rule (metrology.md; ILAC-G8:2019 §4.2.3 non-binary statement with guard ban
     name for it. The equality |m − s| = c is compatible (pass) because the VIM test is "≤". There are no
     conditional zones for a point claim: a numerical point verdict is never inconclusive — but a point claim
     is still inconclusive when a decisive condition is unmatched, like any other.
+
+  Typical-only claims (kind "typical", a Typ. with no printed Min./Max.; rule version 1.1):
+    A typical value describes the population of parts, not a guarantee for each one; a single unit that differs
+    from it does not falsify it, and one that agrees with it does not confirm it. So the verdict is always
+    inconclusive with class "typical-not-guaranteed" (never fail, never pass on one unit). The compatibility
+    test is still computed and reported (`numeric_verdict` pass = compatible, fail = incompatible), with the
+    signed deviation m − s in `deviation_from_typical` and its expanded uncertainty U = k·c at 95 %.
+    Version 1.0 graded these as points and failed three simulated supply currents for one unit's offset.
 
 Exactness: d and c are decided in exact rational arithmetic from the Decimal digits of m, u, the bounds and t
 (c is compared through c², so even t/√3 is exact). m = 945.285, u = 0.080 and bounds 945.365 / 945.205 give
@@ -47,7 +57,8 @@ Order of checks:
    (unless the measurement names the condition in `matched_conditions`: an instrument realised it), or
    listed in `measurement.unmatched_conditions`, or not confirmed in `measurement.matched_conditions` (by
    condition name or by its chamber variable) — an unconfirmed condition is not assumed. `zone` is then None.
-4. A numerical inconclusive has class "resolution-limited": the comparison's uncertainty c cannot resolve m
+4. A typical-only claim with all decisive conditions matched → inconclusive "typical-not-guaranteed" (above).
+5. A numerical inconclusive has class "resolution-limited": the comparison's uncertainty c cannot resolve m
    from the bound (`capability_precheck` tells whether that was foreseeable: an empty pass zone is noted).
 """
 
@@ -63,7 +74,7 @@ from calibration.budget import coverage_factor, welch_satterthwaite
 from protocols.measurement import Measurement, to_decimal
 
 RULE_NAME = "chamberlab guard-band rule (ILAC-G8:2019 4.2.3, w = c; VIM 2.47 compatibility for point claims)"
-RULE_VERSION = "1.0"
+RULE_VERSION = "1.1"
 BOUNDARY_CONVENTION = "closed: |d| = c is inconclusive for bound claims; |m - s| = c is compatible (pass) for point claims"
 COVERAGE = 0.95
 RESOLUTION_RATIO_THRESHOLD = Fraction(1)
@@ -76,7 +87,8 @@ tolerance t, when u ≥ t the compatibility test cannot tell a unit within toler
 VerdictName = Literal["pass", "inconclusive", "fail", "error"]
 Zone = Literal["pass", "conditional_pass", "conditional_fail", "fail"]
 InconclusiveClass = Literal[
-    "engagement-only", "no-traceable-reference", "unmatched-stimulus", "unmatched-observable", "resolution-limited"
+    "engagement-only", "no-traceable-reference", "unmatched-stimulus", "unmatched-observable", "resolution-limited",
+    "typical-not-guaranteed",
 ]
 VERDICT_ORDER: dict[str, int] = {"pass": 0, "inconclusive": 1, "fail": 2}
 
@@ -151,6 +163,7 @@ class Verdict:
     inconclusive_class: InconclusiveClass | None = None
     numeric_verdict: VerdictName | None = None  # what d against c alone says (before the condition checks)
     numeric_zone: Zone | None = None
+    deviation_from_typical: Decimal | None = None  # signed m − s of a typical-only claim (its U: expanded_uncertainty)
     matched_conditions: tuple[str, ...] = ()
     unmatched_conditions: tuple[str, ...] = ()
     measurement_status: str | None = None
@@ -185,6 +198,7 @@ class Verdict:
             "inconclusive_class": self.inconclusive_class,
             "numeric_verdict": self.numeric_verdict,
             "numeric_zone": self.numeric_zone,
+            "deviation_from_typical": s(self.deviation_from_typical),
             "matched_conditions": list(self.matched_conditions),
             "unmatched_conditions": list(self.unmatched_conditions),
             "measurement_status": self.measurement_status,
@@ -326,7 +340,9 @@ def _bounds(claim: ClaimLike) -> tuple[str, Decimal | None, Decimal | None, Deci
     low = None if claim.low is None else to_decimal(claim.low, "claim.low")
     high = None if claim.high is None else to_decimal(claim.high, "claim.high")
     value = None if claim.value is None else to_decimal(claim.value, "claim.value")
-    if kind in ("typical", "accuracy") and value is not None:
+    if kind == "typical" and value is not None and low is None and high is None:
+        return "point", None, None, value  # typical-only: compared as a point, decided by verdict() (never fail)
+    if kind == "accuracy" and value is not None:
         return "point", None, None, value
     if kind in ("range", "max_rating", "typical", "accuracy"):
         if low is None and high is None:
@@ -450,6 +466,10 @@ def verdict(claim: ClaimLike, measurement: Measurement | None, *, resolution: De
         return _condition_inconclusive(claim_id, unmatched, tuple(measurement.unmatched_conditions), base=base,
                                        notes=notes, numeric=numeric)
 
+    if claim.kind == "typical" and semantics == "point":
+        return _typical_inconclusive(claim, base, m, point, places, numeric, notes,
+                                     tuple(measurement.unmatched_conditions))
+
     reason = _describe(semantics, numeric, d_dec, c_dec, claim.unit)
     inconclusive_class = None
     if numeric == "inconclusive":
@@ -461,6 +481,22 @@ def verdict(claim: ClaimLike, measurement: Measurement | None, *, resolution: De
                 notes.append("the pass zone is empty: the claim's half-width is not larger than c")
     return Verdict(**base, verdict=numeric, zone=zone, inconclusive_class=inconclusive_class, reason=reason,
                    unmatched_conditions=tuple(measurement.unmatched_conditions), notes=tuple(notes))
+
+
+def _typical_inconclusive(claim: ClaimLike, base: dict[str, Any], m: Fraction, point: Decimal | None, places: int,
+                          numeric: str, notes: list[str], reported_unmatched: tuple[str, ...]) -> Verdict:
+    """A typical-only claim on one unit: the deviation from typical and its U, never a pass or a fail."""
+    assert point is not None
+    dev = _show(_dec(m - _frac(point)), places)
+    big_u = base["expanded_uncertainty"]
+    words = "compatible with" if numeric == "pass" else "not compatible with"
+    reason = (f"typical value {point} {claim.unit} is not a guaranteed limit: this unit deviates from it by "
+              f"{dev} {claim.unit} (U = {big_u:.2g} {claim.unit}, k = {base['k']:.3g}, 95 %), {words} typical at "
+              f"c = {base['combined_uncertainty']} {claim.unit}; one unit can neither confirm nor falsify a "
+              "population typical")
+    return Verdict(**base, verdict="inconclusive", zone=None, inconclusive_class="typical-not-guaranteed",
+                   deviation_from_typical=dev, reason=reason, notes=tuple(notes),
+                   unmatched_conditions=reported_unmatched)
 
 
 def _condition_inconclusive(claim_id: str, unmatched: list[tuple[str, str, str]], reported: tuple[str, ...], *,

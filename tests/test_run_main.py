@@ -54,11 +54,14 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
     assert summary["link"]["wt"]["crc_failures"] == 0 and summary["link"]["wt"]["segments_received"] > 0
     report = (run_dir / "report.md").read_text()
     assert "dps310-operating-range" in report and "sweep" in report.lower()
-    # With the simulated instrument station more claims become definitive (issue: at least 10 of the 25 main).
+    # With the simulated instrument station more claims become definitive (7 of the 25 main); the three typical
+    # supply currents it measures are Typ.-only, so one unit leaves them inconclusive, never failed (issue 16).
     station = json.loads((run_dir / "station_checks.json").read_text())
     main = [r for r in station["results"] if not r["claim_id"].startswith("a4988-")]
-    assert len([r for r in main if r["verdict"] in ("pass", "fail")]) >= 10
-    assert "With the instrument station" in report
+    assert len([r for r in main if r["verdict"] in ("pass", "fail")]) >= 7
+    assert not [r for r in station["results"] if r["verdict"] == "fail"]
+    assert [r["class"] for r in main if r["claim_id"] == "si115x-active-current-3v3"] == ["typical-not-guaranteed"]
+    assert "With the instrument station" in report and "typical-not-guaranteed" in report
     with RunIndex(tmp_path / "index.sqlite") as index:
         runs = list(index.runs())
         assert [r.status for r in runs] == ["finished"]

@@ -82,8 +82,18 @@ def test_exact_at_the_boundary_on_both_sides_of_both_bounds(base, m, u):
 @SETTINGS
 @given(m=values, u=uncertainties, delta=offsets)
 def test_point_claim_symmetric_and_binary(base, m, u, delta):
-    point = base.model_copy(update={"kind": "typical", "value": m + delta, "low": None, "high": None})
-    mirror = base.model_copy(update={"kind": "typical", "value": m - delta, "low": None, "high": None})
+    point = base.model_copy(update={"kind": "accuracy", "value": m + delta, "low": None, "high": None})
+    mirror = base.model_copy(update={"kind": "accuracy", "value": m - delta, "low": None, "high": None})
     a, b = verdict(point, _m(m, u)), verdict(mirror, _m(m, u))
     assert a.verdict == b.verdict and a.verdict in ("pass", "fail")
     assert (a.verdict == "pass") == (delta <= u)
+
+
+@SETTINGS
+@given(m=values, u=uncertainties, delta=offsets)
+def test_a_typical_only_claim_is_never_decided_on_one_unit(base, m, u, delta):
+    typical = base.model_copy(update={"kind": "typical", "value": m + delta, "low": None, "high": None})
+    v = verdict(typical, _m(m, u))
+    assert (v.verdict, v.inconclusive_class) == ("inconclusive", "typical-not-guaranteed")
+    assert (v.numeric_verdict == "pass") == (delta <= u)  # the compatibility test is still reported
+    assert v.deviation_from_typical == -delta

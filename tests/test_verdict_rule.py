@@ -124,6 +124,38 @@ def test_point_claim_is_the_compatibility_test(claims):
     assert verdict(claim, m("10.1")).zone == "fail" and verdict(claim, m("3")).semantics == "point"
 
 
+# ------------------------------------------------------------------------------------------ typical values
+ALL_MATCHED = ["supply current", "measurement rate and precision", "supply voltage"]  # as an SMU protocol reports
+
+
+def test_a_typical_only_claim_is_never_failed_on_one_unit(claims):
+    claim = claims["dps310-current-1hz-low-precision"]  # Typ. 2.1 µA, no Min./Max. printed
+    def at(value="2.1767", matched=ALL_MATCHED):
+        return Measurement(value=D(value), u=D("0.0019"), unit="µA", dof=9.0, matched_conditions=list(matched))
+
+    v = verdict(claim, at())
+    assert (v.verdict, v.inconclusive_class, v.zone) == ("inconclusive", "typical-not-guaranteed", None)
+    assert v.numeric_verdict == "fail"  # the compatibility test alone: incompatible at c
+    assert v.deviation_from_typical == D("0.0767") and v.expanded_uncertainty > float(v.combined_uncertainty)
+    assert "not a guaranteed limit" in v.reason and "0.0767" in v.reason
+    near = verdict(claim, at("2.1019"))  # |m - s| = c exactly: compatible
+    assert (near.verdict, near.numeric_verdict, near.deviation_from_typical) == ("inconclusive", "pass", D("0.0019"))
+    below = verdict(claim, at("2.0"))
+    assert below.deviation_from_typical == D("-0.1") and below.verdict == "inconclusive"
+    assert verdict(claim, at(matched=[])).inconclusive_class == "unmatched-stimulus"  # conditions first
+    assert json.loads(json.dumps(v.to_dict()))["deviation_from_typical"] == "0.0767"
+
+
+def test_a_typical_with_printed_limits_is_graded_against_the_limits(claims):
+    claim = claims["dps310-current-1hz-low-precision"].model_copy(update={"high": D("2.15")})  # Typ. 2.1, Max. 2.15
+    m = lambda v: Measurement(value=D(v), u=D("0.0019"), unit="µA", dof=9.0, matched_conditions=ALL_MATCHED)  # noqa: E731
+    assert (verdict(claim, m("2.1767")).verdict, verdict(claim, m("2.1767")).semantics) == ("fail", "upper_bound")
+    assert verdict(claim, m("2.1")).verdict == "pass"  # 0.05 inside the Max.: the Typ. itself is not the limit
+    assert verdict(claim, m("2.1519")).verdict == "inconclusive"  # d = c exactly (closed band)
+    assert verdict(claim, m("2.1520")).verdict == "fail"
+    assert verdict(claim, m("2.1")).deviation_from_typical is None
+
+
 def test_one_sided_bounds(claims):
     rating = bound_claim(claims, low=None, high="10", kind="max_rating")
     assert verdict(rating, measured(value="9.5", u="0.1")).verdict == "pass"

@@ -251,6 +251,21 @@ def _agent_blocks(run_dir: Path, figs_dir: Path, absent: list[str]) -> tuple[lis
     return blocks, headline
 
 
+def _typical_blocks(results: Any) -> list[Block]:
+    """The typical-not-guaranteed class, explained where it occurs: a Typ. is not a limit, so one unit cannot fail it."""
+    typical = sorted((r for r in results if r.get("class") == "typical-not-guaranteed"), key=lambda r: r["claim_id"])
+    rows = [[r["claim_id"], str((r.get("verdict_detail") or {}).get("deviation_from_typical")),
+             f"{(r.get('verdict_detail') or {}).get('expanded_uncertainty') or 0:.2g}",
+             (r.get("measured") or {}).get("unit", "")] for r in typical]
+    if not rows:
+        return []
+    return [("p", "Inconclusive, class typical-not-guaranteed: the datasheet prints only a typical value (no Min./Max.). "
+                  "A typical describes the population of parts, not a limit each unit must meet, so one unit's "
+                  "deviation from it can neither fail nor confirm the claim; the deviation m − typical is reported "
+                  "with its expanded uncertainty U (k·c, 95 %)."),
+            ("table", ["claim", "m − typical", "U", "unit"], rows)]
+
+
 def _station_blocks(run_dir: Path) -> tuple[list[Block], list[str]]:
     """With lab instruments: the claims that become definitive, and for the others what would make them gradable."""
     data = _read_json(run_dir / "station_checks.json")
@@ -269,6 +284,7 @@ def _station_blocks(run_dir: Path) -> tuple[list[Block], list[str]]:
         ("table", ["claim", "verdict", "measured ± u", "distance", "c"],
          [[r["claim_id"], r["verdict"], _measured(r), _dash(r.get("distance")), _dash(r.get("combined_uncertainty"))]
           for r in definitive]),
+        *_typical_blocks(res.values()),
         ("p", "Still inconclusive, and what would make each gradable:"),
         ("table", ["claim", "would need", "note"],
          [[e["claim_id"], ", ".join(e.get("would_need") or []) or "—", _clip(str(e.get("note", "")), 220)]
