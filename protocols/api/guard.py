@@ -3,8 +3,8 @@
 Why on the server, again: the driver validates too, but the API must not depend on how a chamber object was
 opened (with or without limits), and an agent must never be able to reach an actuator outside the lab's safe
 range. `SettingGuard.check` validates a whole request before anything is applied and lists every refused entry
-(what was sent, what is allowed), so one refused value means nothing at all is sent. `GuardedChamber` puts the same
-check in front of a protocol run, whose SETs come from trusted code but must still respect the limits.
+(what was sent, what is allowed), so one refused value means nothing at all is sent. The protocol runner calls the
+same check before a protocol's SETs (which come from trusted code but must still respect the limits).
 """
 
 from __future__ import annotations
@@ -71,20 +71,3 @@ class SettingGuard:
                            details=[{k: v for k, v in p.items() if k != "code"} for p in problems])
         return {name: float(value) for name, value in settings.items()}
 
-
-class GuardedChamber:
-    """A chamber whose set/set_many pass a SettingGuard first; everything else is the chamber's own."""
-
-    def __init__(self, chamber: Any, guard: SettingGuard) -> None:
-        self._chamber = chamber
-        self._guard = guard
-
-    def set(self, name: str, value: float) -> float:
-        checked = self._guard.check({name: value}, inputs_only=False)
-        return self._chamber.set(name, checked[name])
-
-    def set_many(self, settings: Mapping[str, float]) -> Any:
-        return self._chamber.set_many(self._guard.check(settings, inputs_only=False))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._chamber, name)
