@@ -1033,11 +1033,12 @@ def _serve(args: argparse.Namespace) -> int:
                          lease_timeout_s=args.lease_timeout)
         with serve_in_thread(app, host=args.host, port=args.port,
                              log_level="info" if args.verbose else "warning") as url:
-            data = {"url": url, "openapi": f"{url}/openapi.json", "chambers": sorted(chambers),
+            data = {"url": url, "openapi": f"{url}/openapi.json", "live_view": f"{url}/", "chambers": sorted(chambers),
                     "record_dir": str(args.record), "auth": "bearer token" if token else "none (loopback only)",
                     "lease_timeout_s": args.lease_timeout, "pid": os.getpid()}
             emit(args, data, lambda d: (f"serving the chamber tools API at {d['url']} (chambers: "
                                         f"{', '.join(d['chambers'])}; auth: {d['auth']}; records: {d['record_dir']})\n"
+                                        f"live view: {d['live_view']}\n"
                                         "stop with Ctrl-C"))
             stop.wait()
             progress(args, "stopping the chamber tools API")
@@ -1287,6 +1288,8 @@ def _run_agent(args: argparse.Namespace, claims: list[Any], chambers: dict[str, 
     cells_dir = run_dir / "cells"
     cells_dir.mkdir(exist_ok=True)
     api_url = _start_chamber_api(chambers, run_dir, stack)
+    if api_url:
+        progress(args, f"agent: chamber tools API at {api_url} (live view: {api_url}/)")
     http = stack.enter_context(httpx.Client(base_url=api_url, timeout=120.0)) if api_url else None
     model = client_for(args.model, os.environ)
     bar = StepProgress("agent", len(runnable))

@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -41,6 +41,8 @@ from .auth import BearerAuthMiddleware
 from .errors import ApiError, error_body
 from .guard import SettingGuard
 from .lease import ChamberLease, LeaseBusy
+from .live import LiveChamber, LiveFeed
+from .live_page import LIVE_PAGE
 from .record import RecordMiddleware
 from .runner import MODES, ChamberRunner, mode_for
 from .schemas import (
@@ -75,9 +77,11 @@ class ApiState:
     lease: ChamberLease
     env: ToolEnvironment
     runner: ChamberRunner
+    live: LiveFeed
 
     def close(self) -> None:
-        """Close the record files and stop the chamber thread (when the server stops)."""
+        """Close the record files, end the live streams and stop the chamber thread (when the server stops)."""
+        self.live.close()
         self.store.close()
         self.runner.close()
 
@@ -141,6 +145,9 @@ def create_app(
     if chamber_calls not in MODES:
         raise ValueError(f"chamber_calls must be one of {', '.join(MODES)}, got {chamber_calls!r}")
     kinds = sorted(chambers)
+    mode = mode_for(chambers) if chamber_calls == "auto" else chamber_calls
+    live = LiveFeed(wall_clock=wall_clock)
+    chambers = {kind: LiveChamber(ch, kind, live) for kind, ch in chambers.items()}  # every SET and MSR is seen
     per_kind = _limits_by_kind(limits, kinds)
     guards = {kind: SettingGuard(ch.layout, [*per_kind[kind], getattr(ch, "limits", None)]) for kind, ch in chambers.items()}
     env = ToolEnvironment(chambers=dict(chambers), guards=guards, lease_timeout_s=float(lease_timeout_s))
@@ -148,8 +155,8 @@ def create_app(
     store = SessionStore(claims if claims is not None else load_claims(), Path(record_dir), connected=kinds,
                          wall_clock=wall_clock, **store_kwargs)
     lease = ChamberLease(lease_timeout_s, clock=clock, wait_s=call_wait_s)
-    runner = ChamberRunner(mode_for(chambers) if chamber_calls == "auto" else chamber_calls)
-    state = ApiState(store, lease, env, runner)
+    runner = ChamberRunner(mode)
+    state = ApiState(store, lease, env, runner, live)
 
     app = FastAPI(
         title="chamberlab chamber tools API",
@@ -159,6 +166,7 @@ def create_app(
         responses={422: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
     )
     app.state.api = state
+    app.state.live = live  # serve_in_thread ends the open streams through it before uvicorn stops
 
     # ------------------------------------------------------------------------------------------ errors
     @app.exception_handler(ApiError)
@@ -200,10 +208,26 @@ def create_app(
     async def list_tools() -> JSONResponse:
         return JSONResponse(tool_specs)
 
+    # ------------------------------------------------------------------------------------------ live view
+    # Read-only and behind the same auth as every route: the feed holds only what tool calls show (live.py).
+    @app.get("/", include_in_schema=False)
+    async def live_page() -> HTMLResponse:
+        return HTMLResponse(LIVE_PAGE, headers={"Cache-Control": "no-store"})
+
+    @app.get("/live", summary="the live feed: each chamber's inputs, the latest sensor rows, the claim in use")
+    async def live_snapshot(since: int = 0) -> JSONResponse:
+        return JSONResponse(live.snapshot(since))
+
+    @app.get("/live/stream", include_in_schema=False)
+    async def live_stream() -> StreamingResponse:
+        return StreamingResponse(live.stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
     # ------------------------------------------------------------------------------------------ sessions
     @app.post("/sessions", response_model=SessionCreated, status_code=201, summary="start a session for one claim")
     def create_session(body: CreateSession) -> JSONResponse:
         session = store.create(body.claim_id)
+        live.record_claim(env.claim_parts(session)[0], chamber=session.chamber, activity="session started")
         created = SessionCreated(session_id=session.id, claim_id=session.claim.id, chamber=session.chamber,
                                  connected_chambers=kinds, lease_timeout_s=lease.timeout_s).model_dump()
         session.record.write("request", method="POST", path="/sessions", query=None, body=body.model_dump())
@@ -262,6 +286,7 @@ def create_app(
                 session.record.write("lease", how="taken_over", previous_holder=grant.previous_holder)
             if session.ended:  # ended (DELETE) while this call waited for the session's previous one
                 raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
+            live.record_claim(env.claim_parts(session)[0], chamber=session.chamber, activity=tool.name)
             result = await runner.run(tool.run, env, session, args)
         except ApiError:
             raise

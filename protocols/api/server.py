@@ -46,6 +46,9 @@ def serve_in_thread(app: Any, *, host: str = "127.0.0.1", port: int = 0, startup
     try:
         yield f"http://{shown}:{bound[1]}"
     finally:
+        live = getattr(getattr(app, "state", None), "live", None)
+        if live is not None:  # end the open /live/stream responses: uvicorn waits for running responses to finish
+            live.close()
         server.should_exit = True
         thread.join(timeout=10)
         if thread.is_alive():  # pragma: no cover - a handler stuck on the apparatus
