@@ -76,6 +76,24 @@ def command(sub: argparse._SubParsersAction, name: str, help_text: str) -> argpa
     return p
 
 
+def add_claims_option(p: argparse.ArgumentParser, ids: bool = False) -> None:
+    """`--claims PATH` (repeatable): grade the user's claim files instead of the packaged set; with `ids`, a value
+    may also be `all` or comma-separated claim ids (run and matrix selected claims this way before)."""
+    extra = "; or all | comma-separated claim ids to select" if ids else ""
+    p.add_argument("--claims", action="append", default=None, metavar="PATH" + ("|IDS" if ids else ""),
+                   help="a claim file or folder of them (repeatable; default: the packaged claims)" + extra + "")
+
+
+def claims_from_args(args: argparse.Namespace, ids: bool = False) -> tuple[dict[str, Any], list[str] | None]:
+    """The claims a command grades (checked: known part, datasheet SHA-256, declared protocols) and the ids selected."""
+    from protocols.claim_sources import load_checked_claims, split_claims_args
+
+    paths, selected = split_claims_args(getattr(args, "claims", None))
+    if selected is not None and not ids:
+        raise CliError(f"--claims: expected a claim file or folder, got {', '.join(selected)} (no such path)")
+    return load_checked_claims(paths), selected
+
+
 def parse_assignments(items: list[str] | None) -> list[tuple[str, str]]:
     """`var=value` strings → pairs; the value stays a string so the driver can name a non-numeric one."""
     pairs = []
@@ -623,6 +641,7 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True,
                    help="scripted:<policy> | <anthropic model id> | openai:<model> | openai-compat:<base_url>#<model>")
     p.add_argument("--datasheet", type=Path, default=None, help="PDF (default: the claim's datasheet in shared/)")
+    add_claims_option(p)
     p.add_argument("--chamber-url", default=None,
                    help="chamber tools API base URL (default: an in-process service on the simulator)")
     p.add_argument("--no-chamber", action="store_true", help="phase one only: no chamber tools")
@@ -688,7 +707,8 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def _in_process_chamber_service(args: argparse.Namespace, stack: Any, api_dir: Path | None = None) -> str:
+def _in_process_chamber_service(args: argparse.Namespace, stack: Any, api_dir: Path | None = None,
+                                claims: Any = None) -> str:
     """Both simulated chambers behind the chamber tools API on 127.0.0.1 (a free port); closed with the stack."""
     from chamber import open_chamber
     from protocols.api.server import running_api
@@ -697,7 +717,7 @@ def _in_process_chamber_service(args: argparse.Namespace, stack: Any, api_dir: P
     for kind in ("wt", "lt"):
         chambers[kind] = open_chamber(backend="sim", chamber=kind)
         stack.callback(chambers[kind].close)
-    url = stack.enter_context(running_api(chambers, record_dir=api_dir or Path(args.record) / "api"))
+    url = stack.enter_context(running_api(chambers, record_dir=api_dir or Path(args.record) / "api", claims=claims))
     progress(args, f"chamber tools API on the simulator at {url}")
     return url
 
@@ -714,13 +734,14 @@ def _extract(args: argparse.Namespace) -> int:
     from protocols.claims import get_claim
 
     model = client_for(args.model, os.environ, options=model_options(args))  # spec and key before any work
-    claim = get_claim(args.claim_id)
+    claims, _ = claims_from_args(args)
+    claim = get_claim(args.claim_id, claims)
     pdf = args.datasheet or shared_dir() / "datasheets" / claim.identity.filename
     if not pdf.exists():
         raise CliError(f"datasheet {pdf} not found (give --datasheet or set CHAMBERLAB_SHARED)")
     budget = Budget(max_turns=args.max_turns, max_total_tokens=args.max_tokens, wall_s=args.wall_s)
     with contextlib.ExitStack() as stack:
-        url = None if args.no_chamber else (args.chamber_url or _in_process_chamber_service(args, stack))
+        url = None if args.no_chamber else (args.chamber_url or _in_process_chamber_service(args, stack, claims=claims))
         http = stack.enter_context(httpx.Client(base_url=url, timeout=60.0)) if url else None
         chamber = ChamberClient(http) if http is not None else None
         result = run_cell(claim, model=model, datasheet=pdf, record_dir=args.record, clock=time.time,
@@ -805,6 +826,7 @@ def add_verdict_commands(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "check", "grade a claim (or --all) on the chamber: pass / inconclusive / fail with u")
     p.add_argument("claim_id", nargs="?", help="claim id (see protocols/data/claims/)")
     p.add_argument("--all", action="store_true", help="check every claim and print a table")
+    add_claims_option(p)
     add_chamber_selection(p)
     p.add_argument("--rows", type=int, default=200, help="rows per measurement (default 200)")
     p.add_argument("--calibration", default=None, help="a calibration record to use (default: calibrate first)")
@@ -878,11 +900,12 @@ def render_check_table(results: list[dict[str, Any]]) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from protocols.claims import get_claim, load_claims
+    from protocols.claims import get_claim
 
     if bool(args.all) == bool(args.claim_id):
         raise CliError("give one CLAIM_ID or --all")
-    claims = list(load_claims().values()) if args.all else [get_claim(args.claim_id)]
+    pool, _ = claims_from_args(args)
+    claims = list(pool.values()) if args.all else [get_claim(args.claim_id, pool)]
     calibration = None
     if args.calibration:
         from calibration.records import load_record
@@ -968,6 +991,7 @@ def add_serve_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="bind address (default 127.0.0.1); any non-loopback address needs a bearer token")
     p.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 = any free port)")
+    add_claims_option(p)
     p.add_argument("--backend", choices=["sim"], default=None,
                    help="sim: in-process simulated chambers (the default when no --port-url is given)")
     p.add_argument("--port-url", action="append", default=None, metavar="URL",
@@ -1025,12 +1049,13 @@ def _serve(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not (0 <= args.port <= 65535):
         raise CliError(f"--port: expected 0..65535, got {args.port}")
+    claims, _ = claims_from_args(args)  # a bad claim file is refused before any chamber opens
     chambers = _serve_open_chambers(args)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         app = create_app(chambers, limits=args.limits, record_dir=args.record, token=token,
-                         lease_timeout_s=args.lease_timeout)
+                         lease_timeout_s=args.lease_timeout, claims=claims)
         with serve_in_thread(app, host=args.host, port=args.port,
                              log_level="info" if args.verbose else "warning") as url:
             data = {"url": url, "openapi": f"{url}/openapi.json", "live_view": f"{url}/", "chambers": sorted(chambers),
@@ -1061,7 +1086,7 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
                    help="start a new run even if the last one was interrupted (default: resume it)")
     p.add_argument("--rows", type=int, default=200, help="rows per measurement")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated boards")
-    p.add_argument("--claims", default="all", help="all, or comma-separated claim ids for the agent")
+    add_claims_option(p, ids=True)  # ids select the claims for the agent
     p.add_argument("--no-agent", action="store_true", help="skip the agent (chamber part only)")
     p.add_argument("--station", default=None, metavar="STATION_FILE",
                    help="lab instruments to grade with as well (default with emulated boards: the simulated station)")
@@ -1121,13 +1146,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agent.runindex import RunIndex
     from calibration.records import save_record
     from chamber import open_chamber
-    from protocols.claims import load_claims
+    from protocols.api.live import LiveChamber, LiveFeed, claim_from_progress, live_app
+    from protocols.api.server import serve_in_thread
     from protocols.runner import ProtocolContext, run_batch
 
     if not args.no_agent:  # a wrong model spec or a missing key fails now, not after the whole chamber part
         from agent.models import client_for
 
         client_for(args.model, os.environ)
+    pool, args.claim_ids = claims_from_args(args, ids=True)  # a bad claim file is refused before a run starts
     started = time.monotonic()
     backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
     index = RunIndex(args.runs_dir.resolve() / "index.sqlite")
@@ -1144,7 +1171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_dir = (args.runs_dir / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     index.start_run(run_id, run_dir, _utc_now(), backend)
-    claims = list(load_claims().values())
+    claims = list(pool.values())
     summary: dict[str, Any] = {"run_id": run_id, "run_dir": str(run_dir), "backend": backend}
     status = "failed"
     try:
@@ -1163,11 +1190,20 @@ def cmd_run(args: argparse.Namespace) -> int:
                 stack.callback(close_chambers, {url: c})  # safe state, then close
                 chambers[c.layout.chamber] = c
                 progress(args, f"connected {c.layout.chamber} ({c.config}, {c.layout.row_length} variables) on {url}")
+            feed = LiveFeed()  # the live view: what the chambers do and which claim is graded, at <url>/
+            chambers = {kind: LiveChamber(c, kind, feed) for kind, c in chambers.items()}
+            summary["live_view"] = stack.enter_context(serve_in_thread(live_app(feed))) + "/"
+            progress(args, f"live view: {summary['live_view']}")
 
             bar = StepProgress("checks", len(claims))
-            batch = run_batch(claims, ProtocolContext(
-                chambers=chambers, rows=args.rows, progress=lambda m: bar.advance(m) if m.startswith("[") else None),
-                calibrate=True)
+
+            def on_progress(message: str) -> None:
+                claim_from_progress(feed, message, pool)
+                if message.startswith("["):
+                    bar.advance(message)
+
+            batch = run_batch(claims, ProtocolContext(chambers=chambers, rows=args.rows, progress=on_progress),
+                              calibrate=True)
             results, calibration = batch.results, batch.record
             if calibration is not None:
                 save_record(calibration, run_dir / "calibration.json")
@@ -1279,7 +1315,7 @@ def _run_agent(args: argparse.Namespace, claims: list[Any], chambers: dict[str, 
     from agent.record import validate_record
 
     datasheets = shared_dir() / "datasheets"
-    wanted = claims if args.claims == "all" else [c for c in claims if c.id in set(args.claims.split(","))]
+    wanted = claims if args.claim_ids is None else [c for c in claims if c.id in set(args.claim_ids)]
     runnable = [c for c in wanted if (datasheets / c.identity.filename).exists()]
     skipped = sorted({c.identity.filename for c in wanted} - {c.identity.filename for c in runnable})
     if skipped:
@@ -1287,7 +1323,7 @@ def _run_agent(args: argparse.Namespace, claims: list[Any], chambers: dict[str, 
                        "get them with `python bench_cli.py datasheet fetch --all --dir DIR` and set CHAMBERLAB_SHARED")
     cells_dir = run_dir / "cells"
     cells_dir.mkdir(exist_ok=True)
-    api_url = _start_chamber_api(chambers, run_dir, stack)
+    api_url = _start_chamber_api(chambers, run_dir, stack, claims)
     if api_url:
         progress(args, f"agent: chamber tools API at {api_url} (live view: {api_url}/)")
     http = stack.enter_context(httpx.Client(base_url=api_url, timeout=120.0)) if api_url else None
@@ -1312,22 +1348,22 @@ def _run_agent(args: argparse.Namespace, claims: list[Any], chambers: dict[str, 
         outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
         index.record_cell(run_id, cell_id, claim.id, args.model, result.outcome, str(result.record))
         bar.advance(f"{claim.id}: {result.outcome}")
-    scores = _score_cells(cells_dir, run_dir)
+    scores = _score_cells(cells_dir, run_dir, claims)
     return {"model": args.model, "cells": len(runnable), "kept_from_earlier": resumed, "outcomes": outcomes,
             "skipped_datasheets": skipped, "phase_two": bool(api_url), **scores}
 
 
-def _start_chamber_api(chambers: dict[str, Any], run_dir: Path, stack: Any) -> str:
+def _start_chamber_api(chambers: dict[str, Any], run_dir: Path, stack: Any, claims: list[Any]) -> str:
     """The chamber tools API on 127.0.0.1 over the connected chambers, for the agent's phase two."""
     from protocols.api.server import running_api
 
-    return stack.enter_context(running_api(chambers, record_dir=run_dir / "api"))
+    return stack.enter_context(running_api(chambers, record_dir=run_dir / "api", claims={c.id: c for c in claims}))
 
 
-def _score_cells(cells_dir: Path, run_dir: Path) -> dict[str, Any]:
+def _score_cells(cells_dir: Path, run_dir: Path, claims: list[Any]) -> dict[str, Any]:
     from agent.scoring.score import score_paths
 
-    scores = score_paths([cells_dir], datasheets_dir=shared_dir() / "datasheets")
+    scores = score_paths([cells_dir], claims={c.id: c for c in claims}, datasheets_dir=shared_dir() / "datasheets")
     _write_json(run_dir / "scores.json", scores)
     return {"fidelity_and_flags": scores.get("summary", {})}
 
@@ -1469,7 +1505,7 @@ def add_scoring_commands(sub: argparse._SubParsersAction) -> None:
 
     p = command(sub, "matrix", "run models x claims x repeats x arms (resumable), then score the run folder")
     p.add_argument("--models", required=True, help="comma-separated model specs (as for `extract --model`)")
-    p.add_argument("--claims", default="all", help="all | comma-separated claim ids")
+    add_claims_option(p, ids=True)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--arms", default="normal", help="comma-separated: normal, withhold-navigation, "
                    "withhold-crosscheck, closed-book, null-tool, wrong-content, single-pass")
@@ -1544,10 +1580,9 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     from agent.scoring.matrix import plan, run_matrix
     from agent.scoring.pricing import load_price_table
     from agent.scoring.score import score_paths
-    from protocols.claims import load_claims
 
-    claims = load_claims()
-    ids = list(claims) if args.claims == "all" else [c.strip() for c in args.claims.split(",") if c.strip()]
+    claims, selected = claims_from_args(args, ids=True)
+    ids = list(claims) if selected is None else selected
     unknown = [c for c in ids if c not in claims]
     if unknown:
         raise CliError(f"unknown claim id(s) {unknown}")
@@ -1564,7 +1599,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         raise CliError(f"datasheet folder {ds} not found (give --datasheets or set CHAMBERLAB_SHARED)")
     with contextlib.ExitStack() as stack:  # phase two: the chamber service, in process unless --chamber-url
         url = None if args.no_chamber else (
-            args.chamber_url or _in_process_chamber_service(args, stack, api_dir=Path(args.out) / "api"))
+            args.chamber_url or _in_process_chamber_service(args, stack, api_dir=Path(args.out) / "api", claims=claims))
         chamber = ChamberClient(stack.enter_context(httpx.Client(base_url=url, timeout=60.0))) if url else None
         run = run_matrix(plan(models, ids, args.repeats, arms), claims=claims, out=args.out, datasheets_dir=ds,
                          client_factory=lambda spec: client_for(spec, os.environ), clock=time.time,

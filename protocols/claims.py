@@ -13,6 +13,9 @@ Conventions the files follow (the decision rule relies on them):
 - `max_rating`: a one-sided limit (a Max. or an absolute maximum rating, "<100 mlx") in `high`; `low` for a
   minimum; both for a rated band (e.g. storage temperature).
 - A tolerance with meaning "none" has value 0: the datasheet printed no spread, and none is invented.
+- `component` is a part in the parts table (protocols/data/datasheets.yaml, plus the `parts:` a claim file adds);
+  a `datasheet_sha256` in a file or claim must equal that part's SHA-256, so a claim written against another
+  revision of the document is refused rather than graded against the wrong page.
 - A condition maps to a chamber variable (from firmware_bridge.variables) or says why it cannot
   ("unmatchable: <reason>"), and `kind` names what is missing then (stimulus, observable, reference, environment).
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
@@ -31,16 +34,26 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from firmware_bridge.variables import LAYOUTS
 
-from .datasheets import DatasheetIdentity, UnknownDatasheet, datasheet_for
+from .datasheets import DatasheetIdentity, UnknownDatasheet, datasheet_for, known_datasheets
 
 log = logging.getLogger(__name__)
 
-Component = Literal["DPS310", "Si115x", "ACS70331", "A4988"]
+Component = str
+"""A part name from the parts table (data, not a fixed list: see protocols.datasheets and a file's `parts:`)."""
 ClaimKind = Literal["typical", "range", "accuracy", "max_rating"]
 
 PACKAGED_DIR = "protocols/data/claims"
@@ -178,7 +191,7 @@ class Claim(_Strict):
     """One quantitative datasheet claim."""
 
     id: str
-    component: Component
+    component: Component  # a part in the parts table (validated against it)
     parameter: str = Field(min_length=1)
     kind: ClaimKind
     value: Decimal | None = None
@@ -188,11 +201,13 @@ class Claim(_Strict):
     tolerance: Tolerance
     conditions: list[Condition]
     source: Source
-    datasheet: str  # part key into protocols.datasheets
+    datasheet: str  # part key into the parts table
+    datasheet_sha256: str | None = None  # when given, must be the part's datasheet SHA-256 (the document written against)
     protocol: str | None = None  # protocol registry key, e.g. "dps310.operating_range"
     instrument_protocol: str | None = None  # protocol used instead when the station has the instruments it needs
     resolution_limited_hint: bool = False
     notes: str = ""
+    _identity: DatasheetIdentity | None = PrivateAttr(default=None)
 
     @field_validator("id")
     @classmethod
@@ -208,11 +223,11 @@ class Claim(_Strict):
             raise ValueError("unit is blank")
         return v
 
-    @field_validator("datasheet")
+    @field_validator("component", "datasheet")
     @classmethod
-    def _known_datasheet(cls, v: str) -> str:
+    def _known_part(cls, v: str, info: ValidationInfo) -> str:
         try:
-            return datasheet_for(v).part
+            return datasheet_for(v, _parts_in(info)).part
         except UnknownDatasheet as e:
             raise ValueError(str(e)) from None
 
@@ -224,13 +239,18 @@ class Claim(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> Claim:
+    def _consistent(self, info: ValidationInfo) -> Claim:
         prefix = self.component.lower() + "-"
         if not self.id.startswith(prefix):
             raise _problem("id", f"id {self.id!r} of a {self.component} claim must start with {prefix!r}")
         if self.datasheet != self.component:
             raise _problem("datasheet", f"datasheet {self.datasheet!r} is not the {self.component} datasheet")
-        pages = datasheet_for(self.datasheet).pages
+        identity = datasheet_for(self.datasheet, _parts_in(info))
+        if self.datasheet_sha256 is not None and self.datasheet_sha256.strip().lower() != identity.sha256:
+            raise _problem("datasheet_sha256", f"SHA-256 {self.datasheet_sha256} is not the {identity.part} "
+                           f"{identity.revision} datasheet the parts table names ({identity.sha256})")
+        self._identity = identity
+        pages = identity.pages
         if self.source.page > pages:
             raise _problem("source.page", f"page {self.source.page} is beyond the {pages}-page datasheet")
         self._check_numbers()
@@ -261,8 +281,8 @@ class Claim(_Strict):
     # -- conveniences for the decision rule and the reports
     @property
     def identity(self) -> DatasheetIdentity:
-        """The datasheet's identity: part, revision, SHA-256, public URL."""
-        return datasheet_for(self.datasheet)
+        """The datasheet's identity: part, revision, SHA-256, public URL (from the table the claim was checked with)."""
+        return self._identity if self._identity is not None else datasheet_for(self.datasheet)
 
     def decisive_unmatched(self) -> list[Condition]:
         """Decisive conditions the chamber cannot realise (each forces 'inconclusive')."""
@@ -274,6 +294,12 @@ class Claim(_Strict):
 
     def matched_variables(self) -> list[str]:
         return [c.variable for c in self.conditions if c.variable is not None]
+
+
+def _parts_in(info: ValidationInfo) -> tuple[DatasheetIdentity, ...] | None:
+    """The parts table a claim is validated against: the loader's (packaged + the file's own), else packaged."""
+    context = info.context if isinstance(info.context, dict) else None
+    return None if context is None else context.get("parts")
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -313,15 +339,18 @@ def _describe(err: dict[str, Any]) -> str:
     return msg
 
 
-def parse_claim(entry: Any, file: str, defaults: Mapping[str, Any] | None = None) -> Claim:
-    """Validate one claim mapping; ClaimFileError names the file, the claim and the (first) bad field."""
+def parse_claim(entry: Any, file: str, defaults: Mapping[str, Any] | None = None,
+                parts: tuple[DatasheetIdentity, ...] | None = None,
+                known_protocols: Collection[str] | None = None) -> Claim:
+    """Validate one claim mapping against `parts` (default: the packaged parts table) and, when given, the
+    protocol keys this product declares; ClaimFileError names the file, the claim and the (first) bad field."""
     if not isinstance(entry, dict):
         raise ClaimFileError(file, None, None, f"a claim must be a mapping, got {type(entry).__name__}")
     data = {**(defaults or {}), **entry}
     claim_id = entry.get("id")
     label = str(claim_id) if claim_id is not None else "<no id>"
     try:
-        return Claim.model_validate(data)
+        claim = Claim.model_validate(data, context={"parts": parts if parts is not None else known_datasheets()})
     except ValidationError as e:
         errors = e.errors()
         first = errors[0]
@@ -331,23 +360,52 @@ def parse_claim(entry: Any, file: str, defaults: Mapping[str, Any] | None = None
             others = ", ".join(_loc_to_field(tuple(x["loc"]), x.get("ctx")) for x in errors[1:])
             problem += f" (also: {others})"
         raise ClaimFileError(file, label, field, problem) from e
+    if known_protocols is not None:
+        for name in ("protocol", "instrument_protocol"):
+            key = getattr(claim, name)
+            if key is not None and key not in known_protocols:
+                raise ClaimFileError(file, claim.id, name, f"unknown protocol {key!r}; known: {', '.join(sorted(known_protocols))}")
+    return claim
 
 
-def parse_claim_file(text: str, file: str) -> list[Claim]:
-    """Parse one claim file's text. Top level: optional `component`/`datasheet` defaults and a `claims` list."""
+def _file_parts(doc: dict[str, Any], file: str) -> tuple[DatasheetIdentity, ...]:
+    """The packaged parts plus the parts this file declares (`parts:`, the fields of protocols/data/datasheets.yaml)."""
+    packaged = tuple(known_datasheets())
+    entries = doc.get("parts") or []
+    if not isinstance(entries, list):
+        raise ClaimFileError(file, None, "parts", f"expected a list of parts, got {type(entries).__name__}")
+    out = list(packaged)
+    for i, entry in enumerate(entries):
+        try:
+            part = DatasheetIdentity.model_validate(entry)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(map(str, err["loc"]))
+            raise ClaimFileError(file, None, f"parts[{i}].{where}", str(err["msg"])) from e
+        if any(p.part.lower() == part.part.lower() for p in out):
+            raise ClaimFileError(file, None, f"parts[{i}].part", f"part {part.part!r} is already in the parts table")
+        out.append(part)
+    return tuple(out)
+
+
+def parse_claim_file(text: str, file: str, known_protocols: Collection[str] | None = None) -> list[Claim]:
+    """Parse one claim file's text. Top level: optional `component`/`datasheet`/`datasheet_sha256` defaults, the
+    `parts` it adds to the parts table, and a `claims` list."""
     try:
         doc = yaml.load(text, Loader=_DecimalLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise ClaimFileError(file, None, None, f"not valid YAML: {e}") from e
     if not isinstance(doc, dict):
         raise ClaimFileError(file, None, None, "expected a mapping with a 'claims' list")
-    unknown = sorted(set(doc) - {"component", "datasheet", "claims", "notes"})
+    unknown = sorted(set(doc) - {"component", "datasheet", "datasheet_sha256", "parts", "claims", "notes"})
     if unknown:
-        raise ClaimFileError(file, None, unknown[0], "unknown top-level key (expected component, datasheet, claims, notes)")
+        raise ClaimFileError(file, None, unknown[0], "unknown top-level key (expected component, datasheet, "
+                             "datasheet_sha256, parts, claims, notes)")
     if not isinstance(doc.get("claims"), list) or not doc["claims"]:
         raise ClaimFileError(file, None, "claims", "missing or empty list")
-    defaults = {k: doc[k] for k in ("component", "datasheet") if k in doc}
-    claims = [parse_claim(entry, file, defaults) for entry in doc["claims"]]
+    defaults = {k: doc[k] for k in ("component", "datasheet", "datasheet_sha256") if k in doc}
+    parts = _file_parts(doc, file)
+    claims = [parse_claim(entry, file, defaults, parts, known_protocols) for entry in doc["claims"]]
     seen: set[str] = set()
     for c in claims:
         if c.id in seen:
@@ -373,13 +431,21 @@ def _files_at(path: Path) -> list[tuple[str, Traversable]]:
     return [(str(path), path)]
 
 
-def load_claims(path_or_dir: str | Path | None = None) -> dict[str, Claim]:
+def load_claims(path_or_dir: str | Path | None = None, *,
+                known_protocols: Collection[str] | None = None) -> dict[str, Claim]:
     """All claims from one file, a folder of files, or (None) the packaged files; keyed by id, in file order."""
-    sources = _packaged_files() if path_or_dir is None else _files_at(Path(path_or_dir))
+    return load_claim_sources(None if path_or_dir is None else [path_or_dir], known_protocols=known_protocols)
+
+
+def load_claim_sources(paths: Sequence[str | Path] | None, *,
+                       known_protocols: Collection[str] | None = None) -> dict[str, Claim]:
+    """All claims from several files and folders (the `--claims PATH` of every command; None or empty: the
+    packaged set). An id found twice, in one file or across them, is refused naming both files."""
+    sources = _packaged_files() if not paths else [s for p in paths for s in _files_at(Path(p))]
     out: dict[str, Claim] = {}
     origin: dict[str, str] = {}
     for name, f in sources:
-        for claim in parse_claim_file(f.read_text(encoding="utf-8"), name):
+        for claim in parse_claim_file(f.read_text(encoding="utf-8"), name, known_protocols):
             if claim.id in out:
                 raise ClaimFileError(name, claim.id, "id", f"duplicate claim id (also in {origin[claim.id]})")
             out[claim.id] = claim

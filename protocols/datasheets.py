@@ -1,8 +1,10 @@
-"""Identity of the datasheets the claims are graded against (part, revision, SHA-256, public URL).
+"""The parts claims are made about, as data: each part's datasheet identity (revision, SHA-256, public URL) and
+which chamber variables carry the part.
 
 Why: the PDFs are the manufacturers' copyright and are never shipped; a claim, a record or a release names its
 document by these facts instead, and a fetched or local copy is checked against the SHA-256 before use.
-The table lives in package data (protocols/data/datasheets.yaml) so it travels with the package.
+The table lives in package data (protocols/data/datasheets.yaml) so it travels with the package; a user's claim
+file may add parts of its own with the same fields (protocols.claims), so a new part needs no code change.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from firmware_bridge.variables import LAYOUTS
 
 
 class DatasheetError(ValueError):
@@ -28,6 +32,25 @@ class UnknownDatasheet(DatasheetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class Carrier(BaseModel):
+    """One chamber that carries the part, and the chamber variables that read or drive it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    chamber: str  # "wt" or "lt", as in firmware_bridge.variables.LAYOUTS
+    variables: tuple[str, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _known(self) -> Carrier:
+        names = {v.name for (chamber, _), layout in LAYOUTS.items() if chamber == self.chamber for v in layout.variables}
+        if not names:
+            raise ValueError(f"unknown chamber {self.chamber!r}; known: {sorted({c for c, _ in LAYOUTS})}")
+        unknown = [v for v in self.variables if v not in names]
+        if unknown:
+            raise ValueError(f"chamber {self.chamber} has no variable(s) {unknown}")
+        return self
+
+
 class DatasheetIdentity(BaseModel):
     """One manufacturer datasheet, identified without redistributing it."""
 
@@ -39,6 +62,7 @@ class DatasheetIdentity(BaseModel):
     url: str  # public URL the file can be fetched from
     filename: str  # local file name under the shared datasheets folder
     pages: int = Field(gt=0)
+    carried_by: tuple[Carrier, ...] = ()  # empty: no chamber carries the part (claims on it are engagement-only)
 
     @field_validator("sha256")
     @classmethod
@@ -111,10 +135,12 @@ def known_datasheets() -> list[DatasheetIdentity]:
     return list(_load_packaged())
 
 
-def datasheet_for(part: str) -> DatasheetIdentity:
-    """The identity of `part` (case-insensitive, e.g. "dps310"); UnknownDatasheet names the known parts."""
-    for d in _load_packaged():
+def datasheet_for(part: str, table: tuple[DatasheetIdentity, ...] | None = None) -> DatasheetIdentity:
+    """The identity of `part` (case-insensitive, e.g. "dps310") in `table` (default: the packaged parts);
+    UnknownDatasheet names the known parts."""
+    parts = _load_packaged() if table is None else table
+    for d in parts:
         if d.part.lower() == part.strip().lower():
             return d
-    known = ", ".join(d.part for d in _load_packaged())
+    known = ", ".join(d.part for d in parts)
     raise UnknownDatasheet(f"no datasheet for part {part!r}; known: {known}")

@@ -51,6 +51,7 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
     for record in records:
         validate_record(record)  # schema, order, no chamber call before the freeze, blob hashes
     assert summary["agent"]["phase_two"] is True
+    assert summary["live_view"].startswith("http://127.0.0.1:")  # the grading could be watched live
     assert summary["link"]["wt"]["crc_failures"] == 0 and summary["link"]["wt"]["segments_received"] > 0
     report = (run_dir / "report.md").read_text()
     assert "dps310-operating-range" in report and "sweep" in report.lower()

@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -41,8 +41,7 @@ from .auth import BearerAuthMiddleware
 from .errors import ApiError, error_body
 from .guard import SettingGuard
 from .lease import ChamberLease, LeaseBusy
-from .live import LiveChamber, LiveFeed
-from .live_page import LIVE_PAGE
+from .live import LiveChamber, LiveFeed, add_live_routes
 from .record import RecordMiddleware
 from .runner import MODES, ChamberRunner, mode_for
 from .schemas import (
@@ -210,18 +209,7 @@ def create_app(
 
     # ------------------------------------------------------------------------------------------ live view
     # Read-only and behind the same auth as every route: the feed holds only what tool calls show (live.py).
-    @app.get("/", include_in_schema=False)
-    async def live_page() -> HTMLResponse:
-        return HTMLResponse(LIVE_PAGE, headers={"Cache-Control": "no-store"})
-
-    @app.get("/live", summary="the live feed: each chamber's inputs, the latest sensor rows, the claim in use")
-    async def live_snapshot(since: int = 0) -> JSONResponse:
-        return JSONResponse(live.snapshot(since))
-
-    @app.get("/live/stream", include_in_schema=False)
-    async def live_stream() -> StreamingResponse:
-        return StreamingResponse(live.stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    add_live_routes(app, live)
 
     # ------------------------------------------------------------------------------------------ sessions
     @app.post("/sessions", response_model=SessionCreated, status_code=201, summary="start a session for one claim")

@@ -25,7 +25,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Callable
 
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+
 from firmware_bridge.variables import Kind
+
+from .live_page import LIVE_PAGE
 
 DEFAULT_RING_ROWS = 300
 HEARTBEAT_S = 15.0
@@ -192,3 +197,39 @@ def _number(value: Any) -> float | None:
 
 def _clean(state: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (_number(v) if isinstance(v, (int, float)) else v) for k, v in state.items()}
+
+
+def add_live_routes(app: Any, feed: LiveFeed) -> None:
+    """The live view's three read-only routes on `app`: the page at `/`, `/live` (a snapshot), `/live/stream` (SSE).
+    One definition for the chamber tools API and for the main job's own view (`live_app`)."""
+    @app.get("/", include_in_schema=False)
+    async def live_page() -> HTMLResponse:
+        return HTMLResponse(LIVE_PAGE, headers={"Cache-Control": "no-store"})
+
+    @app.get("/live", summary="the live feed: each chamber's inputs, the latest sensor rows, the claim in use")
+    async def live_snapshot(since: int = 0) -> JSONResponse:
+        return JSONResponse(feed.snapshot(since))
+
+    @app.get("/live/stream", include_in_schema=False)
+    async def live_stream() -> StreamingResponse:
+        return StreamingResponse(feed.stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def live_app(feed: LiveFeed) -> Any:
+    """A read-only app with the live view alone, for the main job's own grading (which runs in-process, without the
+    tools API). Served on loopback only; it has no tools, so nothing on it can move the chamber."""
+    app = FastAPI(title="chamberlab live view", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.live = feed  # serve_in_thread ends the open streams through it before uvicorn stops
+    add_live_routes(app, feed)
+    return app
+
+
+def claim_from_progress(feed: LiveFeed, message: str, claims: Mapping[str, Any]) -> None:
+    """Record the claim a batch is grading from the runner's "[i/N] claim-id" progress line (other lines: ignored)."""
+    if not message.startswith("["):
+        return
+    claim = claims.get(message.partition("] ")[2].split(" ")[0])
+    if claim is not None:
+        feed.record_claim({"id": claim.id, "component": claim.component, "parameter": claim.parameter,
+                           "unit": claim.unit}, chamber=getattr(claim, "chamber", None), activity="graded")
