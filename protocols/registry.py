@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocols import barometer_protocols, current_sensor_protocols, instrument_protocols, light_sensor_protocols
+from protocols import (
+    barometer_protocols,
+    current_sensor_protocols,
+    fan_protocols,
+    instrument_protocols,
+    light_sensor_protocols,
+    potentiometer_protocols,
+)
 from protocols.claims import Claim
 from protocols.declaration import Declaration
 
@@ -23,6 +30,8 @@ PROTOCOLS: tuple[Declaration, ...] = (
     *current_sensor_protocols.DECLARATIONS,
     *light_sensor_protocols.DECLARATIONS,
     *instrument_protocols.DECLARATIONS,
+    *fan_protocols.DECLARATIONS,
+    *potentiometer_protocols.DECLARATIONS,
 )
 
 

@@ -1,0 +1,78 @@
+"""Claims on the chamber's other parts (issue 16): the NF-F12 fans and the MCP4151 potentiometers, from
+protocols/data/chamber_parts, graded by the chamber alone on the simulator with what each verdict assumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench_cli import PROJECT_ROOT, run_checks
+from chamber import open_chamber
+from protocols.claim_sources import load_checked_claims
+from protocols.claims import normalise_text
+from protocols.registry import protocol_for
+
+FOLDER = PROJECT_ROOT / "protocols" / "data" / "chamber_parts"
+
+
+@pytest.fixture(scope="module")
+def claims():
+    return load_checked_claims([FOLDER])
+
+
+@pytest.fixture(scope="module")
+def graded(claims):
+    chambers = {kind: open_chamber(backend="sim", chamber=kind, seed=3) for kind in ("wt", "lt")}
+    try:
+        return {r.claim.id: r for r in run_checks(list(claims.values()), chambers, rows=60)}
+    finally:
+        for c in chambers.values():
+            c.close()
+
+
+def test_every_span_is_verbatim_on_its_page_of_the_identified_pdf(claims):
+    import pymupdf
+
+    from conftest import shared_path
+
+    for claim in claims.values():
+        pdf = shared_path("datasheets", claim.identity.filename)
+        claim.identity.verify_file(Path(pdf))  # the SHA-256 the claim file names
+        with pymupdf.open(pdf) as doc:
+            text = normalise_text(doc[claim.source.page - 1].get_text())
+        assert normalise_text(claim.source.span) in text, claim.id
+
+
+def test_each_claim_names_a_declared_protocol_on_the_chamber_that_carries_the_part(claims):
+    for claim in claims.values():
+        declaration = protocol_for(claim)
+        if declaration is None:
+            assert claim.decisive_unmatched(), claim.id  # no protocol only where the chamber cannot stage it
+            continue
+        carriers = {c.chamber: set(c.variables) for c in claim.identity.carried_by}
+        assert declaration.chamber in carriers, claim.id
+
+
+def test_the_chamber_alone_grades_four_new_claims_definitively(graded):
+    verdicts = {cid: r.verdict for cid, r in graded.items()}
+    definitive = sorted(cid for cid, v in verdicts.items() if v.verdict in ("pass", "fail"))
+    assert definitive == ["mcp4151-zero-scale-error-pot-1", "mcp4151-zero-scale-error-pot-2",
+                          "nf-f12-max-speed-exhaust", "nf-f12-max-speed-intake"]
+    for fan in ("intake", "exhaust"):
+        v = verdicts[f"nf-f12-max-speed-{fan}"]
+        assert v.verdict == "pass" and 2700 < v.measured < 3300 and v.semantics == "range"  # Typ. with limits
+        assert "12 V" in graded[f"nf-f12-max-speed-{fan}"].measurement.details["not_measured"]
+    full = verdicts["mcp4151-full-scale-error"]
+    assert (full.verdict, full.inconclusive_class) == ("inconclusive", "unmatched-stimulus")
+    assert "assumed" in graded["mcp4151-zero-scale-error-pot-1"].measurement.details
+
+
+def test_a_fan_below_the_band_fails(claims):
+    """The band is a guaranteed limit (+/-10 %), unlike a bare Typ.: a slow unit is failed, not excused."""
+    from protocols.measurement import Measurement
+    from protocols.verdict import verdict
+
+    claim = claims["nf-f12-max-speed-intake"]
+    slow = Measurement(value=2650, u=2, unit="RPM", matched_conditions=["full PWM duty", "other fan stopped"])
+    assert verdict(claim, slow).verdict == "fail"
