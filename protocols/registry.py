@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocols import (
+    angle_sensor_protocols,
     barometer_protocols,
     current_sensor_protocols,
     fan_protocols,
@@ -32,6 +33,7 @@ PROTOCOLS: tuple[Declaration, ...] = (
     *instrument_protocols.DECLARATIONS,
     *fan_protocols.DECLARATIONS,
     *potentiometer_protocols.DECLARATIONS,
+    *angle_sensor_protocols.DECLARATIONS,
 )
 
 

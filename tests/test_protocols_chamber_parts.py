@@ -76,3 +76,27 @@ def test_a_fan_below_the_band_fails(claims):
     claim = claims["nf-f12-max-speed-intake"]
     slow = Measurement(value=2650, u=2, unit="RPM", matched_conditions=["full PWM duty", "other fan stopped"])
     assert verdict(claim, slow).verdict == "fail"
+
+
+def test_angle_linearity_on_half_the_travel_can_fail_but_not_pass(claims, graded):
+    """The polarizer covers about half the 3600° travel: within the bound is inconclusive, beyond it is a fail."""
+    import numpy as np
+
+    from protocols.angle_sensor_protocols import ANGLES, DECLARATIONS
+    from protocols.declaration import Evaluation, StepReadings
+    from protocols.verdict import verdict
+
+    for k in ("1", "2"):
+        v = graded[f"bourns-3590s-linearity-angle-{k}"].verdict
+        assert (v.verdict, v.inconclusive_class, v.numeric_verdict) == ("inconclusive", "unmatched-stimulus", "pass")
+        assert v.unmatched_conditions == ("full electrical travel",)
+    claim = claims["bourns-3590s-linearity-angle-1"]
+    declaration = DECLARATIONS[0]
+    rng = np.random.default_rng(0)
+    bow = 8.0 * (1 - (np.asarray(ANGLES) / 180.0) ** 2)  # a bowed track: 8 counts (0.78 %) off the line at mid-range
+    readings = tuple(
+        StepReadings(step.label, step.settings, {"angle_1": 507 + 1.4226 * a + b + rng.normal(0, 0.2, 10)})
+        for step, a, b in zip(declaration.steps, ANGLES, bow))
+    outcome = declaration.evaluate(Evaluation(claim, readings, declaration.matched(claim)))
+    bad = verdict(claim, outcome.measurement)
+    assert bad.verdict == "fail" and "full electrical travel" in bad.matched_conditions
