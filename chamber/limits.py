@@ -145,15 +145,20 @@ def parse_limits(data: Any, source: str = "limits") -> OperatorLimits:
         raise LimitsError(f"{source}: {exc}") from exc
 
 
-def load_limits(path: str | Path) -> OperatorLimits:
-    """Read a YAML or JSON limits file (by suffix; YAML otherwise)."""
+def read_settings_file(path: str | Path) -> Any:
+    """The content of an operator's YAML or JSON file (limits, safe state; JSON by suffix, YAML otherwise), or
+    LimitsError naming the file and what is wrong with it."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        return json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise LimitsError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}") from exc
-    return parse_limits(data or {}, str(path))
+
+
+def load_limits(path: str | Path) -> OperatorLimits:
+    """Read a YAML or JSON limits file (by suffix; YAML otherwise)."""
+    return parse_limits(read_settings_file(path) or {}, str(path))
 
 
 def as_limits(limits: OperatorLimits | dict | str | Path | None) -> OperatorLimits | None:

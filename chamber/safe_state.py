@@ -13,16 +13,13 @@ that chamber, else the default below (fans off, LEDs off). A `--safe` file is YA
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from chamber.errors import ChamberError, ChamberHalted, InvalidSetting, LimitsError
-from chamber.limits import OperatorLimits
+from chamber.limits import OperatorLimits, read_settings_file
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +58,7 @@ def parse_safe_state(data: Any, source: str) -> SafeState:
 
 
 def load_safe_state(path: str | Path) -> SafeState:
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise LimitsError(f"{path}: not valid YAML/JSON: {exc}") from exc
-    return parse_safe_state(data, str(path))
+    return parse_safe_state(read_settings_file(path), str(path))
 
 
 def resolve_safe_state(safe_file: str | Path | None = None, limits: OperatorLimits | None = None) -> SafeState:
