@@ -54,11 +54,18 @@ def test_each_claim_names_a_declared_protocol_on_the_chamber_that_carries_the_pa
         assert declaration.chamber in carriers, claim.id
 
 
-def test_the_chamber_alone_grades_four_new_claims_definitively(graded):
+def test_the_chamber_alone_grades_eight_new_claims_definitively(graded):
     verdicts = {cid: r.verdict for cid, r in graded.items()}
     definitive = sorted(cid for cid, v in verdicts.items() if v.verdict in ("pass", "fail"))
-    assert definitive == ["mcp4151-zero-scale-error-pot-1", "mcp4151-zero-scale-error-pot-2",
+    assert definitive == ["mcp4151-inl-pot-1", "mcp4151-inl-pot-2",
+                          "mcp4151-no-missing-codes-pot-1", "mcp4151-no-missing-codes-pot-2",
+                          "mcp4151-zero-scale-error-pot-1", "mcp4151-zero-scale-error-pot-2",
                           "nf-f12-max-speed-exhaust", "nf-f12-max-speed-intake"]
+    for k in ("1", "2"):
+        codes = graded[f"mcp4151-no-missing-codes-pot-{k}"]
+        assert codes.verdict.verdict == "pass" and codes.measurement.details["non_positive_steps"] == 0
+        assert "100h" in codes.measurement.details["not_exercised"]
+        assert abs(graded[f"mcp4151-inl-pot-{k}"].verdict.measured) < 1
     for fan in ("intake", "exhaust"):
         v = verdicts[f"nf-f12-max-speed-{fan}"]
         assert v.verdict == "pass" and 2700 < v.measured < 3300 and v.semantics == "range"  # Typ. with limits
@@ -100,3 +107,33 @@ def test_angle_linearity_on_half_the_travel_can_fail_but_not_pass(claims, graded
     outcome = declaration.evaluate(Evaluation(claim, readings, declaration.matched(claim)))
     bad = verdict(claim, outcome.measurement)
     assert bad.verdict == "fail" and "full electrical travel" in bad.matched_conditions
+
+
+def test_a_missing_code_and_a_bowed_track_fail(claims):
+    """The code sweep can falsify: a code that reads a lower tap than the code below it (a step of -1 LSb), a track
+    2 LSb off its end-point line. A code that exactly repeats its neighbour's tap (a step of 0 LSb, on the bound)
+    is inconclusive, not failed: the rule cannot tell 0 from a step just above 0 within c."""
+    import numpy as np
+
+    from protocols.declaration import Evaluation, StepReadings
+    from protocols.potentiometer_protocols import CODES, DECLARATIONS
+    from protocols.verdict import verdict
+
+    rng = np.random.default_rng(1)
+    by_key = {d.key: d for d in DECLARATIONS}
+    codes = np.asarray(CODES, dtype=float)
+    for key, cid, counts in (
+            ("mcp4151.missing_codes_pot_1", "mcp4151-no-missing-codes-pot-1", np.where(codes == 100, 98, codes) * 4.0),
+            ("mcp4151.inl_pot_1", "mcp4151-inl-pot-1", codes * 4.0 + 8.0 * np.sin(np.pi * codes / 255))):
+        declaration, claim = by_key[key], claims[cid]
+        readings = tuple(StepReadings(step.label, step.settings, {"signal_1": c + rng.normal(0, 0.3, 2)})
+                         for step, c in zip(declaration.steps, counts))
+        outcome = declaration.evaluate(Evaluation(claim, readings, declaration.matched(claim)))
+        assert verdict(claim, outcome.measurement).verdict == "fail", cid
+    repeated = by_key["mcp4151.missing_codes_pot_1"]
+    flat = np.where(codes == 100, 99, codes) * 4.0
+    readings = tuple(StepReadings(step.label, step.settings, {"signal_1": c + rng.normal(0, 0.3, 2)})
+                     for step, c in zip(repeated.steps, flat))
+    claim = claims["mcp4151-no-missing-codes-pot-1"]
+    outcome = repeated.evaluate(Evaluation(claim, readings, repeated.matched(claim)))
+    assert verdict(claim, outcome.measurement).verdict == "inconclusive"
