@@ -94,6 +94,13 @@ def claims_from_args(args: argparse.Namespace, ids: bool = False) -> tuple[dict[
     return load_checked_claims(paths), selected
 
 
+def split_claims_args_paths(args: argparse.Namespace) -> list[Any]:
+    """The claim files and folders given with --claims (empty: none)."""
+    from protocols.claim_sources import split_claims_args
+
+    return split_claims_args(getattr(args, "claims", None))[0]
+
+
 def parse_assignments(items: list[str] | None) -> list[tuple[str, str]]:
     """`var=value` strings → pairs; the value stays a string so the driver can name a non-numeric one."""
     pairs = []
@@ -1155,6 +1162,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         client_for(args.model, os.environ)
     pool, args.claim_ids = claims_from_args(args, ids=True)  # a bad claim file is refused before a run starts
+    agent_pool = pool  # the agent extracts the claims it was given (the packaged set by default)
+    if not split_claims_args_paths(args):  # no --claims PATH: the chamber also grades the chamber-parts claims
+        from protocols.claim_sources import load_main_job_claims
+
+        pool = load_main_job_claims(None)
     started = time.monotonic()
     backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
     index = RunIndex(args.runs_dir.resolve() / "index.sqlite")
@@ -1225,7 +1237,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             _write_json(run_dir / "link.json", summary["link"])
 
             if not args.no_agent:
-                summary["agent"] = _run_agent(args, claims, chambers, run_dir, run_id, index, stack)
+                summary["agent"] = _run_agent(args, [c for c in claims if c.id in agent_pool], chambers, run_dir,
+                                              run_id, index, stack)
         summary["report"] = _write_report(run_dir, summary)
         status = "finished"
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: chambers made safe above; the index and summary say so

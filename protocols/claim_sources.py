@@ -35,3 +35,20 @@ def split_claims_args(values: Sequence[str] | None) -> tuple[list[Path], list[st
         elif value.strip() != "all":
             ids = (ids or []) + [c.strip() for c in value.split(",") if c.strip()]
     return paths, ids
+
+
+CHAMBER_PARTS_DIR = Path(__file__).resolve().parent / "data" / "chamber_parts"
+"""Claims on the chamber's other parts (fans, potentiometers, angle sensors, polarizer film): not the seed's 37."""
+
+
+def load_main_job_claims(paths: Sequence[str | Path] | None = None) -> dict[str, Claim]:
+    """What the main job (`run`) grades: the user's `paths` when given; otherwise the packaged set plus the
+    chamber-parts claims (CHAMBER_PARTS_DIR), so the chamber-only envelope counts them."""
+    if paths:
+        return load_checked_claims(paths)
+    packaged = load_checked_claims(None)
+    extra = load_checked_claims([CHAMBER_PARTS_DIR])
+    clash = sorted(set(packaged) & set(extra))
+    if clash:
+        raise ValueError(f"{CHAMBER_PARTS_DIR}: claim ids also in the packaged set: {', '.join(clash)}")
+    return {**packaged, **extra}

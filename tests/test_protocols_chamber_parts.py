@@ -137,3 +137,21 @@ def test_a_missing_code_and_a_bowed_track_fail(claims):
     claim = claims["mcp4151-no-missing-codes-pot-1"]
     outcome = repeated.evaluate(Evaluation(claim, readings, repeated.matched(claim)))
     assert verdict(claim, outcome.measurement).verdict == "inconclusive"
+
+
+def test_the_main_job_grades_the_chamber_parts_and_the_report_counts_them():
+    """`run` without --claims grades the packaged 37 plus the chamber-parts claims; the report splits the envelope."""
+    from agent.scoring.report import _chamber_envelope
+    from protocols.claim_sources import load_checked_claims, load_main_job_claims
+
+    main = load_main_job_claims(None)
+    packaged, parts = load_checked_claims(None), load_checked_claims([FOLDER])
+    assert set(main) == set(packaged) | set(parts) and len(main) == len(packaged) + len(parts)
+    assert set(load_main_job_claims([FOLDER])) == set(parts)  # --claims PATH still replaces the default
+    seed_id, part_id = sorted(packaged)[0], "nf-f12-max-speed-intake"
+    line = _chamber_envelope([{"claim_id": seed_id, "verdict": "pass", "component": packaged[seed_id].component},
+                              {"claim_id": part_id, "verdict": "pass", "component": "NF-F12"},
+                              {"claim_id": "mcp4151-full-scale-error", "verdict": "inconclusive",
+                               "component": "MCP4151"}])
+    assert line is not None and "2 definitive" in line and "1 of the 2 claims outside it (MCP4151, NF-F12)" in line
+    assert _chamber_envelope([{"claim_id": seed_id, "verdict": "pass"}]) is None  # the packaged set alone: no line

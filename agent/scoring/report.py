@@ -172,6 +172,27 @@ def _measured(r: dict[str, Any]) -> str:
     return f"{m['value']} ± {m.get('u')} {m.get('unit', '')}".strip()
 
 
+def _chamber_envelope(res: list[dict[str, Any]]) -> str | None:
+    """The chamber-only envelope: definitive verdicts on the seed's packaged claims and on the chamber's other parts
+    (protocols/data/chamber_parts), when those were graded; None when only the packaged set was."""
+    try:
+        from protocols.claim_sources import load_checked_claims
+
+        packaged = set(load_checked_claims(None))
+    except Exception:  # the report renders whatever is present; without the package it cannot split the counts
+        return None
+    other = [r for r in res if r.get("claim_id") not in packaged]
+    if not other:
+        return None
+    seed = [r for r in res if r.get("claim_id") in packaged]
+    d_seed = sum(r.get("verdict") in ("pass", "fail") for r in seed)
+    d_other = sum(r.get("verdict") in ("pass", "fail") for r in other)
+    parts = sorted({str(r["component"]) for r in other if r.get("component")})
+    return (f"Chamber-only envelope: {d_seed + d_other} definitive verdicts — {d_seed} of the {len(seed)} packaged "
+            f"claims and {d_other} of the {len(other)} claims outside it"
+            + (f" ({', '.join(parts)})." if parts else "."))
+
+
 def _verdict_blocks(checks: dict[str, Any] | None, absent: list[str]) -> tuple[list[Block], list[str]]:
     if checks is None:
         absent.append("checks.json (no chamber verdicts)")
@@ -182,6 +203,9 @@ def _verdict_blocks(checks: dict[str, Any] | None, absent: list[str]) -> tuple[l
     definitive = [f"{r['claim_id']}: **{r['verdict']}**, {_measured(r)} (distance {r.get('distance')}, "
                   f"c = {r.get('combined_uncertainty')})" for r in res if r.get("verdict") in ("pass", "fail")]
     headline = [f"Chamber: {len(res)} claims — " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))]
+    envelope = _chamber_envelope(res)
+    if envelope:
+        headline.append(envelope)
     blocks: list[Block] = [
         ("h2", "Chamber verdicts"),
         ("p", "Pass: the claim holds with a margin larger than the combined uncertainty c = sqrt(u² + t²); fail: it is "
@@ -189,6 +213,7 @@ def _verdict_blocks(checks: dict[str, Any] | None, absent: list[str]) -> tuple[l
         ("table", ["claim", "verdict", "class", "measured ± u", "distance", "c", "reason"],
          [[r.get("claim_id"), r.get("verdict"), _dash(r.get("class")), _measured(r), _dash(r.get("distance")),
            _dash(r.get("combined_uncertainty")), _clip(str(r.get("reason", "")), 220)] for r in res]),
+        *([("p", envelope)] if envelope else []),
     ]
     return blocks, headline + [f"  - {d}" for d in definitive]
 
