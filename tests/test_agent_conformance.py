@@ -18,7 +18,7 @@ from agent.models.anthropic_client import AnthropicClient
 from agent.models.base import Message, ModelError, ModelRequest, TextBlock, ToolSpec, retry_after_seconds
 from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
 from agent.record import read_record
-from conformance_server import Reply, replay, sdk_json
+from conformance_server import Reply, SteppingClock, replay, sdk_json
 
 TOOLS = [ToolSpec("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
 REQUEST = ModelRequest("sys", [Message("user", [TextBlock("find VDD")])], TOOLS)
@@ -137,19 +137,9 @@ def _tools() -> list[LocalTool]:
     return [LocalTool(TOOLS[0], lambda args: ToolOutput("page 6: VDD 1.7 3.6 V"))]
 
 
-class _Clock:
-    """An injected clock; every call advances it by 10 ms, so latencies are deterministic."""
-
-    def __init__(self) -> None:
-        self.t = 1_764_633_600.0
-
-    def __call__(self) -> float:
-        self.t += 0.01
-        return self.t
-
 
 def _cell(client, tmp_path, claim, *, budget=Budget(), sleeps=None):
-    clock = _Clock()
+    clock = SteppingClock()
     result = run_cell(claim, model=client, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=clock,
                       budget=budget, sleep=(sleeps.append if sleeps is not None else None), tools=_tools(),
                       surface_version="test")
@@ -324,7 +314,7 @@ def _page_tools() -> list[LocalTool]:
 
 
 def _page_cell(client, tmp_path, claim):
-    result = run_cell(claim, model=client, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=_Clock(),
+    result = run_cell(claim, model=client, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=SteppingClock(),
                       tools=_page_tools(), surface_version="test")
     return result, read_record(result.record)
 

@@ -36,7 +36,7 @@ from agent.otlp import (
 )
 from agent.record import read_record
 from agent.testserver import serve_app
-from conformance_server import Reply, replay, sdk_json
+from conformance_server import Reply, SteppingClock, replay, sdk_json
 
 BIG = "row " * 3000  # 12 kB: larger than the record's 4 kB inline prefix, so only the blob has all of it
 
@@ -61,14 +61,6 @@ def otlp_receiver() -> Iterator[tuple[str, list[ExportTraceServiceRequest], list
     with serve_app(app) as url:
         yield url, received, seen
 
-
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        self.t += 0.01
-        return self.t
 
 
 def _tools() -> list[LocalTool]:
@@ -103,7 +95,7 @@ def record(tmp_path):
     ]
     with replay(replies) as (url, _):
         model = AnthropicClient("claude-test", api_key="sk-ant-test", base_url=url)
-        result = run_cell(claim, model=model, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=_Clock(),
+        result = run_cell(claim, model=model, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=SteppingClock(1_800_000_000.0),
                           budget=Budget(), tools=_tools(), surface_version="test")
     return result.record
 

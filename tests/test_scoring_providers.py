@@ -25,7 +25,7 @@ from agent.record import read_record, validate_record
 from agent.scoring.pricing import Price, PriceTable
 from agent.scoring.score import score_paths
 from agent.scripted import ScriptedClient
-from conformance_server import Reply, replay
+from conformance_server import Reply, SteppingClock, replay
 from test_agent_conformance import anthropic_reply, chat_reply, responses_reply
 
 CLAIM = "dps310-operating-range"
@@ -39,14 +39,6 @@ def _tools() -> list[LocalTool]:
     spec = ToolSpec("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})
     return [LocalTool(spec, lambda a: ToolOutput("page 1: Operating range 300 – 1200 hPa"))]
 
-
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 1_764_633_600.0
-
-    def __call__(self) -> float:
-        self.t += 0.01
-        return self.t
 
 
 # ------------------------------------------------------------------------------------------- per provider
@@ -165,7 +157,7 @@ def claim():
 
 def _run(model, claim, tmp_path):
     return run_cell(claim, model=model, datasheet=tmp_path / "none.pdf", record_dir=tmp_path / "cells",
-                    clock=_Clock(), budget=Budget(), tools=_tools(), surface_version="test",
+                    clock=SteppingClock(), budget=Budget(), tools=_tools(), surface_version="test",
                     run_id=f"{CLAIM}--cell")
 
 
