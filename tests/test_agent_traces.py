@@ -95,8 +95,8 @@ def record(tmp_path):
     ]
     with replay(replies) as (url, _):
         model = AnthropicClient("claude-test", api_key="sk-ant-test", base_url=url)
-        result = run_cell(claim, model=model, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=SteppingClock(1_800_000_000.0),
-                          budget=Budget(), tools=_tools(), surface_version="test")
+        result = run_cell(claim, model=model, datasheet=tmp_path / "none.pdf", record_dir=tmp_path,
+                          clock=SteppingClock(1_800_000_000.0), budget=Budget(), tools=_tools(), surface_version="test")
     return result.record
 
 
