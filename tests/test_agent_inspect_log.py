@@ -49,7 +49,8 @@ def test_unknown_usage_is_absent_not_zero_and_a_denied_call_is_a_permission_erro
     from agent.models.openai_http import OpenAIChatClient
     from conformance_server import Reply, replay
     from protocols.claims import load_claims
-    from test_agent_conformance import _Clock, _tools, chat_reply
+    from conformance_server import SteppingClock
+    from test_agent_conformance import _tools, chat_reply
 
     claim = next(iter(load_claims().values()))
     denied = {"role": "assistant", "content": None,
@@ -58,7 +59,7 @@ def test_unknown_usage_is_absent_not_zero_and_a_denied_call_is_a_permission_erro
     replies = [Reply(chat_reply(message=denied, finish="tool_calls", usage=None)), Reply(chat_reply(usage=None))]
     with replay(replies) as (url, _), httpx.Client() as http:
         result = run_cell(claim, model=OpenAIChatClient("m", base_url=f"{url}/v1", http=http),
-                          datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=_Clock(), budget=Budget(),
+                          datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=SteppingClock(), budget=Budget(),
                           tools=_tools(), surface_version="test")
     (path,) = export_eval_logs([result.record], tmp_path / "logs")
     sample = inspect_log.read_eval_log(str(path)).samples[0]
