@@ -346,7 +346,7 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
             calibration_error = f"{type(exc).__name__}: {exc}"
             log.warning("calibration failed: %s", calibration_error)
 
-    pending: dict[int, tuple[PlanItem, StopDecision | None]] = {}
+    pending: dict[int, tuple[PlanItem, StopDecision]] = {}
     for item in items:
         if item.claim is None:
             continue
@@ -365,8 +365,7 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
             pending[i] = (item, decision)
 
     if pending:  # top up what the stopping rule could not spare to the default rows, and grade again
-        needed = sorted({the_plan.stagings_of(item.key)[u] for item, _ in pending.values()
-                         for u in the_plan.stagings_of(item.key)})
+        needed = sorted({index for item, _ in pending.values() for index in the_plan.stagings_of(item.key).values()})
         _apply_restores(runner, the_plan, failures)
         _read_stagings(runner, the_plan, needed, reads, failures, full=True)
         for i, (item, first) in pending.items():
@@ -374,7 +373,6 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
             outcome = _item_outcome(the_plan, item, reads, failures, record,
                                     _config(context.chambers[declaration.chamber]))
             result = _grade(item.claim, declaration, outcome, None, {})
-            assert first is not None
             finish(i, _with_plan(result, the_plan, item, reads, StopDecision(
                 False, "default rows", f"read at the default rows: after {probe_rows} rows, {first.why}")))
     _apply_restores(runner, the_plan, failures)
