@@ -187,10 +187,7 @@ def _token_usage(u: Any) -> TokenUsage:
     """The client's Usage → the record's TokenUsage, unknown counts staying unknown."""
     if u is None:
         return TokenUsage()
-    return TokenUsage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                      cache_read_input_tokens=u.cache_read_input_tokens,
-                      cache_creation_input_tokens=u.cache_creation_input_tokens,
-                      reasoning_output_tokens=u.reasoning_output_tokens)
+    return TokenUsage(**asdict(u))  # the same five fields; TokenUsage forbids any other
 
 
 class _Cell:
