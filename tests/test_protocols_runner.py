@@ -170,11 +170,22 @@ def test_a_planned_batch_grades_like_claim_by_claim_and_records_why_fewer_rows_s
 
 
 # ----------------------------------------------------------------------------------------------- guards
-class _Breaks:
+class _Wrapped:
+    """A chamber with some methods overridden; everything else is the wrapped chamber (`_c`)."""
+
+    def __init__(self, chamber) -> None:
+        self._c = chamber
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+
+class _Breaks(_Wrapped):
     """A chamber whose read raises an unexpected error once the intake fan is at full load."""
 
     def __init__(self, chamber) -> None:
-        self._c, self.full = chamber, False
+        super().__init__(chamber)
+        self.full = False
 
     def set_many(self, settings):
         if "load_in" in settings:
@@ -185,9 +196,6 @@ class _Breaks:
         if self.full:
             raise ZeroDivisionError("a bug in the read path")
         return self._c.measure(n)
-
-    def __getattr__(self, name):
-        return getattr(self._c, name)
 
 
 def test_an_exception_inside_a_run_is_that_claims_error_naming_its_type_never_the_batchs():
@@ -214,16 +222,14 @@ class _Refuses:
         return dict(settings)
 
 
-class _NoSets:
+class _NoSets(_Wrapped):
     def __init__(self, chamber) -> None:
-        self._c, self.sets = chamber, []
+        super().__init__(chamber)
+        self.sets = []
 
     def set_many(self, settings):
         self.sets.append(settings)
         return self._c.set_many(settings)
-
-    def __getattr__(self, name):
-        return getattr(self._c, name)
 
 
 def test_the_setting_guard_refuses_the_whole_run_before_anything_moves():
