@@ -19,8 +19,7 @@ from typing import TextIO
 
 from chamber.frame import Frame
 from firmware_bridge.variables import UNSET
-
-HOST_COLUMNS = ("timestamp", "config")
+from simulator.replay import HOST_COLUMNS  # defined once, with the layout's reader and writer
 
 
 def header(names: tuple[str, ...] | list[str]) -> str:
