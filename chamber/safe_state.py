@@ -125,18 +125,6 @@ def apply_safe_state(chamber: Any, safe: SafeState) -> SafeOutcome:
     return SafeOutcome(kind, applied, None, reset_first)
 
 
-def make_safe_and_close(chambers: Mapping[str, Any], safe: SafeState) -> list[SafeOutcome]:
-    """Apply the safe state to every chamber, then close each; returns what happened, chamber by chamber."""
-    outcomes = []
-    for chamber in chambers.values():
-        outcomes.append(apply_safe_state(chamber, safe))
-        try:
-            chamber.close()
-        except Exception:  # closing is best effort
-            log.debug("closing chamber failed", exc_info=True)
-    return outcomes
-
-
 def safe_state_of(chamber: Any) -> SafeState:
     """The safe state a chamber's own limits give (its `safe:` section), else the default."""
     limits = getattr(chamber, "limits", None)
