@@ -350,7 +350,7 @@ def _chamber_info(args: argparse.Namespace) -> int:
 
 def _chamber_measure(args: argparse.Namespace) -> int:
     from chamber.protocol_runner import measure_rows
-    from chamber.safe_state import apply_safe_state, check_safe_state
+    from chamber.safe_state import check_safe_state, safe_close
     from chamber.stop import stop_on_signals
 
     if args.n < 1:
@@ -365,8 +365,7 @@ def _chamber_measure(args: argparse.Namespace) -> int:
             frame, interrupted = measure_rows(chamber, args.n, on_progress=RowProgress("measure"), stop=stop,
                                               chunk_rows=args.chunk)
         finally:
-            safe_outcome = apply_safe_state(chamber, safe).to_dict()
-            chamber.close()
+            safe_outcome = safe_close(chamber, safe).to_dict()
     names = list(frame.names) if frame is not None else list(chamber.layout.names)
     rows = [[None if v != v else float(v) for v in row] for row in frame.values.tolist()] if frame is not None else []
     data = {"config": chamber.config, "variables": names, "rows": rows,
@@ -390,7 +389,7 @@ def _chamber_measure(args: argparse.Namespace) -> int:
 def _chamber_shell(args: argparse.Namespace) -> int:
     import time
 
-    from chamber.safe_state import apply_safe_state, check_safe_state
+    from chamber.safe_state import check_safe_state, safe_close
     from chamber.shell import Shell
 
     safe = _safe_state_for(args)
@@ -435,8 +434,7 @@ def _chamber_shell(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("\n")
     finally:
-        outcome = apply_safe_state(chamber, safe).to_dict()
-        chamber.close()
+        outcome = safe_close(chamber, safe).to_dict()
         if sys.stdin.isatty():
             try:
                 import readline
@@ -458,7 +456,7 @@ def _chamber_run(args: argparse.Namespace) -> int:
     from chamber.protocol_language import load_protocol, validate_protocol
     from chamber.protocol_runner import format_duration, run_protocol
     from chamber.public_csv import PublicCsvWriter
-    from chamber.safe_state import apply_safe_state, check_safe_state
+    from chamber.safe_state import check_safe_state, safe_close
     from chamber.stop import stop_on_signals
     from firmware_bridge.variables import layout_for
 
@@ -500,8 +498,7 @@ def _chamber_run(args: argparse.Namespace) -> int:
                 outcome = run_protocol(chamber, protocol, on_frame=writer.write_frame, stop=stop, ask=ask,
                                        on_progress=RowProgress(args.protocol.stem), chunk_rows=args.chunk)
         finally:
-            safe_outcome = apply_safe_state(chamber, safe).to_dict()
-            chamber.close()
+            safe_outcome = safe_close(chamber, safe).to_dict()
     data = {**outcome.to_dict(), "output": str(output), "safe_state": safe_outcome, "safe_source": safe.source}
 
     def render(d: dict[str, Any]) -> str:
