@@ -1150,7 +1150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agent.runindex import RunIndex
     from calibration.records import save_record
     from chamber import open_chamber
-    from protocols.api.live import LiveChamber, LiveFeed, claim_from_progress, live_app
+    from protocols.api.live import LiveChamber, LiveFeed, live_app, report_graded
     from protocols.api.server import serve_in_thread
     from protocols.runner import ProtocolContext, run_batch
 
@@ -1205,14 +1205,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             progress(args, f"live view: {summary['live_view']}")
 
             bar = StepProgress("checks", len(claims))
-
-            def on_progress(message: str) -> None:
-                claim_from_progress(feed, message, pool)
-                if message.startswith("["):
-                    bar.advance(message)
-
-            batch = run_batch(claims, ProtocolContext(chambers=chambers, rows=args.rows, progress=on_progress),
-                              calibrate=True)
+            batch = run_batch(claims, ProtocolContext(
+                chambers=chambers, rows=args.rows, progress=lambda m: bar.advance(m) if m.startswith("[") else None,
+                graded=report_graded(feed)), calibrate=True)
             results, calibration = batch.results, batch.record
             if calibration is not None:
                 save_record(calibration, run_dir / "calibration.json")

@@ -69,7 +69,8 @@ class SettingCheck(TypingProtocol):
 class ProtocolContext:
     """What a run may use: the connected chambers by kind ("wt"/"lt"), a calibration record, the sizes, progress,
     an opened station of lab instruments (chamber.instruments.Station; None = the chamber alone), the setting
-    guards per chamber kind (None: the driver's own checks only) and the clock that dates a calibration."""
+    guards per chamber kind (None: the driver's own checks only), the clock that dates a calibration, and `graded`,
+    called with each claim as its verdict is ready (a live view shows it)."""
 
     chambers: Mapping[str, ChamberLike]
     calibration: CalibrationRecord | None = None
@@ -79,6 +80,7 @@ class ProtocolContext:
     station: Any | None = None
     setting_guards: Mapping[str, SettingCheck] = field(default_factory=dict)
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    graded: Callable[[Claim], None] = lambda claim: None
 
     def chamber(self, kind: str) -> ChamberLike:
         if kind not in self.chambers:
@@ -298,6 +300,7 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
 
     def finish(i: int, result: CheckResult) -> None:
         done[i] = result
+        context.graded(claims[i])
         context.progress(f"[{len(done)}/{len(claims)}] {claims[i].id}")
 
     for i, claim in enumerate(claims):

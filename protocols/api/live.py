@@ -225,11 +225,11 @@ def live_app(feed: LiveFeed) -> Any:
     return app
 
 
-def claim_from_progress(feed: LiveFeed, message: str, claims: Mapping[str, Any]) -> None:
-    """Record the claim a batch is grading from the runner's "[i/N] claim-id" progress line (other lines: ignored)."""
-    if not message.startswith("["):
-        return
-    claim = claims.get(message.partition("] ")[2].split(" ")[0])
-    if claim is not None:
+def report_graded(feed: LiveFeed) -> Callable[[Any], None]:
+    """A `ProtocolContext.graded` callback that shows each claim the batch has just graded on the live view."""
+
+    def graded(claim: Any) -> None:
         feed.record_claim({"id": claim.id, "component": claim.component, "parameter": claim.parameter,
-                           "unit": claim.unit}, chamber=getattr(claim, "chamber", None), activity="graded")
+                           "unit": claim.unit}, chamber=None, activity="graded")
+
+    return graded
