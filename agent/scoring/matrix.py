@@ -47,14 +47,20 @@ def plan(models: list[str], claim_ids: list[str], repeats: int, arms: list[str])
     return [MatrixCell(c, m, a, r) for m in models for a in arms for c in claim_ids for r in range(1, repeats + 1)]
 
 
-def _outcome(record: Path) -> str | None:
-    """The run_end outcome of a record, or None when it has no run_end (cut short)."""
+def _run_end(record: Path) -> dict[str, Any] | None:
+    """The record's closing run_end event, or None when it has none (cut short, or no record)."""
     try:
         lines = [ln for ln in record.read_text(encoding="utf-8").splitlines() if ln.strip()]
         last = json.loads(lines[-1]) if lines else {}
     except (OSError, ValueError):
         return None
-    return last.get("outcome") if last.get("kind") == "run_end" else None
+    return last if isinstance(last, dict) and last.get("kind") == "run_end" else None
+
+
+def _outcome(record: Path) -> str | None:
+    """The run_end outcome of a record, or None when it has no run_end (cut short)."""
+    end = _run_end(record)
+    return end.get("outcome") if end is not None else None
 
 
 def _retire(cells_dir: Path, run_id: str) -> int:
@@ -72,15 +78,6 @@ def _retire(cells_dir: Path, run_id: str) -> int:
 
 def retired_attempts(out: Path, run_id: str) -> int:
     return len(list((Path(out) / "retired").glob(f"{run_id}.*.jsonl")))
-
-
-def _complete(record: Path) -> bool:
-    """Does the record end with a run_end event (a finished cell)?"""
-    try:
-        lines = [ln for ln in record.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        return bool(lines) and json.loads(lines[-1]).get("kind") == "run_end"
-    except (OSError, ValueError):
-        return False
 
 
 def default_decoy(claim: Any, datasheets_dir: Path) -> Path:
@@ -131,8 +128,9 @@ def run_matrix(
     todo = []
     for cell in cells:
         record = cells_dir / f"{cell.run_id}.jsonl"
-        if record.exists() and _complete(record):
-            if _outcome(record) == "engine_error" and retired_attempts(out, cell.run_id) < engine_error_retries:
+        end = _run_end(record)  # a finished cell's record ends with run_end
+        if end is not None:
+            if end.get("outcome") == "engine_error" and retired_attempts(out, cell.run_id) < engine_error_retries:
                 _retire(cells_dir, cell.run_id)
                 status["retried_engine_error"] += 1
                 todo.append(cell)
