@@ -313,6 +313,13 @@ def _page_tools() -> list[LocalTool]:
     return [LocalTool(PAGE_TOOL, lambda args: ToolOutput("PNG of page 6, 68 bytes", images=(("image/png", PNG),)))]
 
 
+def _chat_page_replies() -> list:
+    """A chat model asking for inspect_page on page 6, then answering."""
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "inspect_page", "arguments": "{\"page\": 6}"}}]}
+    return [Reply(chat_reply(message=message, finish="tool_calls")), Reply(chat_reply())]
+
+
 def _page_cell(client, tmp_path, claim):
     result = run_cell(claim, model=client, datasheet=tmp_path / "none.pdf", record_dir=tmp_path, clock=SteppingClock(),
                       tools=_page_tools(), surface_version="test")
@@ -335,10 +342,7 @@ def test_inspect_page_images_reach_the_responses_api_inside_the_function_output(
 
 
 def test_inspect_page_images_reach_chat_models_in_a_user_message_after_the_tool_results(tmp_path, claim):
-    message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "inspect_page", "arguments": "{\"page\": 6}"}}]}
-    replies = [Reply(chat_reply(message=message, finish="tool_calls")), Reply(chat_reply())]
-    with replay(replies) as (url, bodies), httpx.Client() as http:
+    with replay(_chat_page_replies()) as (url, bodies), httpx.Client() as http:
         result, events = _page_cell(_chat(url, http), tmp_path, claim)
     sent = bodies[1]["messages"]
     assert sent[-2] == {"role": "tool", "tool_call_id": "call_1", "content": "PNG of page 6, 68 bytes"}
@@ -351,10 +355,7 @@ def test_inspect_page_images_reach_chat_models_in_a_user_message_after_the_tool_
 def test_a_text_only_chat_model_gets_no_image_and_the_read_does_not_count(tmp_path, claim):
     from agent.scoring.cells import facts_from_events
 
-    message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "inspect_page", "arguments": "{\"page\": 6}"}}]}
-    replies = [Reply(chat_reply(message=message, finish="tool_calls")), Reply(chat_reply())]
-    with replay(replies) as (url, bodies), httpx.Client() as http:
+    with replay(_chat_page_replies()) as (url, bodies), httpx.Client() as http:
         client = OpenAIChatClient("m", base_url=f"{url}/v1", http=http, images=False)
         result, events = _page_cell(client, tmp_path, claim)
     assert all(m["role"] != "user" or isinstance(m["content"], str) for m in bodies[1]["messages"])

@@ -94,6 +94,14 @@ def _chat_message(cid, name, args):
             "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
 
 
+def _chat_search_then_submit(usage):
+    """Two chat turns, search_text then submit_extraction, each reporting its `usage` entry."""
+    return [chat_reply(message=_chat_message("call_1", "search_text", SEARCH), finish="tool_calls",
+                       usage=usage[0], cid="chatcmpl-1"),
+            chat_reply(message=_chat_message("call_2", "submit_extraction", SUBMIT), finish="tool_calls",
+                       usage=usage[1], cid="chatcmpl-2")]
+
+
 def _chat_replies():
     usage = [{"prompt_tokens": 1800, "completion_tokens": 50, "total_tokens": 1850,
               "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 300},
@@ -101,10 +109,7 @@ def _chat_replies():
              {"prompt_tokens": 2300, "completion_tokens": 80, "total_tokens": 2380,
               "prompt_tokens_details": {"cached_tokens": 1800, "cache_write_tokens": 0},
               "completion_tokens_details": {"reasoning_tokens": 10}}]
-    replies = [chat_reply(message=_chat_message("call_1", "search_text", SEARCH), finish="tool_calls",
-                          usage=usage[0], cid="chatcmpl-1"),
-               chat_reply(message=_chat_message("call_2", "submit_extraction", SUBMIT), finish="tool_calls",
-                          usage=usage[1], cid="chatcmpl-2")]
+    replies = _chat_search_then_submit(usage)
     expected = {"input_tokens": 4100, "output_tokens": 130, "cache_read_input_tokens": 2800,
                 "cache_creation_input_tokens": 300, "reasoning_output_tokens": 30}
     return replies, expected
@@ -115,10 +120,7 @@ def _litellm_replies():
               "cache_read_input_tokens": 900, "cache_creation_input_tokens": 400},
              {"prompt_tokens": 2100, "completion_tokens": 75, "total_tokens": 2175,
               "cache_read_input_tokens": 1700, "cache_creation_input_tokens": 0}]
-    replies = [chat_reply(message=_chat_message("call_1", "search_text", SEARCH), finish="tool_calls",
-                          usage=usage[0], cid="chatcmpl-1"),
-               chat_reply(message=_chat_message("call_2", "submit_extraction", SUBMIT), finish="tool_calls",
-                          usage=usage[1], cid="chatcmpl-2")]
+    replies = _chat_search_then_submit(usage)
     # LiteLLM reports no reasoning count here: unknown in the record, so unknown in the sum
     expected = {"input_tokens": 3800, "output_tokens": 120, "cache_read_input_tokens": 2600,
                 "cache_creation_input_tokens": 400, "reasoning_output_tokens": None}
