@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from firmware_bridge.batch import build_segments, check_crcs, decode_uniform_padded, encode_acks, frame_uniform
+from firmware_bridge.link import RESEND_AFTER_S  # the protocol's ACK_TIMEOUT, the board's as well as the host's
 from firmware_bridge.packets import END, START, decode_body, encode_packet
 from firmware_bridge.rows import encode_rows
 from firmware_bridge.variables import COUNTER_PERIOD
@@ -60,7 +61,6 @@ from simulator.firmware import EmulatedFirmware, FirmwareFault
 
 log = logging.getLogger(__name__)
 
-RESEND_AFTER_S = 0.1
 INPUT_BUFFER = 64  # receive_packet's input_buffer: characters between START and END
 RECEIVE_RING = 63  # the Mega's serial receive ring (64 bytes, one always free)
 SERIAL_ON_BEFORE_ANNOUNCE_S = 0.5  # setup(): Serial.begin(), then delay(500), then CHAMBER_CONFIG
@@ -242,7 +242,6 @@ class BoardProtocol:
         self._inflight_count = 0  # data segments sent and not acknowledged (the window fill)
         self._delayed_acks: list[tuple[float, bytes]] = []
         self._boot_at: float | None = None
-        self._reboot_deadline: float | None = None
         self._data_count = 0
         self._acks_owed = 0
         self._acks_seen = 0
@@ -271,7 +270,6 @@ class BoardProtocol:
         self._clear_inflight()
         self._delayed_acks.clear()
         self._splitter = FirmwareParser()
-        self._reboot_deadline = None
         self._busy_until = 0.0
         self._idle_since = None
         self._idle_measuring = False
