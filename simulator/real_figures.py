@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from calibration.cross_sensor import compute_cross_sensor
 from firmware_bridge.variables import Kind
 from simulator.model import PhysicsModel
+from simulator.physics import make_model
 
 
 @dataclass(frozen=True)
@@ -276,12 +278,6 @@ def seed_paper_cross_sensor(rows: np.ndarray, layout, primary: str, redundants: 
 BAROMETER_COLUMNS = ("pressure_upwind", "pressure_downwind", "pressure_ambient", "pressure_intake")
 
 
-def _model(chamber: str, params, seed: int) -> PhysicsModel:
-    from simulator.physics import make_model  # late: physics imports the chamber models, which import nothing here
-
-    return make_model(chamber, params=params, seed=seed)
-
-
 def _steady(model: PhysicsModel, settings: dict[str, float], settle: int, n: int) -> np.ndarray:
     for name, value in settings.items():
         model.apply(name, value)
@@ -291,7 +287,7 @@ def _steady(model: PhysicsModel, settings: dict[str, float], settle: int, n: int
 
 def wt_validate_figures(params, protocols_dir: str | Path, seed: int = 0) -> dict[str, float]:
     """validate_load_out_pressure_intake run as recorded, then the seed paper's method (intake vs the others)."""
-    model = _model("wt", params, seed)
+    model = make_model("wt", params=params, seed=seed)
     rows = run_protocol(model, read_protocol(Path(protocols_dir) / "wt_validate_v1" / "validate_load_out_pressure_intake.txt"))
     layout = model.layout
     cs = seed_paper_cross_sensor(rows, layout, "pressure_intake", list(BAROMETER_COLUMNS[:3]))
@@ -310,9 +306,7 @@ def wt_validate_figures(params, protocols_dir: str | Path, seed: int = 0) -> dic
 
 def wt_steady_figures(params, seed: int = 0) -> dict[str, float]:
     """Fans-off unit spread, D1 at full intake, the idle exhaust's windmilling, rpm at load 1 and current noise."""
-    from calibration.cross_sensor import compute_cross_sensor
-
-    model = _model("wt", params, seed)
+    model = make_model("wt", params=params, seed=seed)
     col = model.layout.index
     osr8 = {f"osr_{b}": 8.0 for b in ("upwind", "downwind", "ambient", "intake")} | {"osr_in": 8.0, "v_in": 1.1}
     off = _steady(model, osr8 | {"load_in": 0.0, "load_out": 0.0}, 300, 5000)
@@ -336,7 +330,7 @@ def lt_validate_figures(params, protocols_dir: str | Path, seed: int = 0) -> dic
     root = Path(protocols_dir) / "lt_validate_v1"
 
     def vis_1(experiment: str) -> tuple[np.ndarray, np.ndarray, PhysicsModel]:
-        model = _model("lt", params, seed)
+        model = make_model("lt", params=params, seed=seed)
         rows = run_protocol(model, read_protocol(root / f"validate_{experiment}.txt"))
         return rows[:, model.layout.index("vis_1")], rows, model
 
@@ -350,7 +344,7 @@ def lt_validate_figures(params, protocols_dir: str | Path, seed: int = 0) -> dic
         "l_11_vis_1_std": float(np.std(vis_1("l_11")[0], ddof=1)),
         "dark_vis_1_std": float(np.std(vis_1("osr_c")[0], ddof=1)),
     }
-    model = _model("lt", params, seed)
+    model = make_model("lt", params=params, seed=seed)
     ir_3 = model.layout.index("ir_3")
     white = {"red": 255.0, "green": 255.0, "blue": 255.0, "pol_1": 0.0}
     parallel = _steady(model, white | {"pol_2": 0.0}, 0, 2000)[:, ir_3].mean()
