@@ -85,8 +85,6 @@ def test_defaults_keep_the_authors_models_where_no_real_figure_departs():
     """C3 downwind, D1 upwind − downwind and B1 current at full intake, ir_1/ir_2/vis_2/vis_3 codes at the
     firmware's default diodes, the light-source current and the angle sensors: identical in both sets."""
     ours, theirs = make_model("wt", seed=1), make_model("wt", seed=1, params=AUTHORS)
-    for model in (ours, theirs):
-        model.apply("hatch", 20.0)
     for rpm in (300.0, 1700.0, 3000.0):
         assert ours.static_pressure(np.array([rpm]), 20.0) == pytest.approx(theirs.static_pressure(np.array([rpm]), 20.0), abs=1e-12)
     for load in (0.0, 0.05, 0.5, 1.0):
