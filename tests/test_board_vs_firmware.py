@@ -25,6 +25,7 @@ from firmware_bridge.segments import Arrival, Endpoint, decode_segment
 from firmware_bridge.variables import Kind, layout_for
 from firmware_harness import firmware_build, real_board  # noqa: F401  (the fixture)
 from simulator.board import running_board
+from simulator.board_protocol import REAL_BOOT_S
 
 ROW_SENTINEL = b"<row>"
 
@@ -181,7 +182,10 @@ def test_real_pace_boot_takes_as_long_as_the_firmware_and_early_bytes_are_lost(r
 
     real, emulated = on_both(real_urls, chamber, scenario, pace="real")
     assert real[1:] == emulated[1:] == ("CHAMBER_CONFIG,standard", [])
-    assert abs(real[0] - emulated[0]) <= 0.3, (real, emulated)
+    # Within 0.3 s of the firmware's boot as measured on an idle machine, and never slower than the firmware in this
+    # run: load (parallel test workers) only slows the harness, whose every AVR cost is slept off in real time, so a
+    # two-sided comparison with this run's firmware would measure the neighbours.
+    assert REAL_BOOT_S[chamber] - 0.3 <= emulated[0] <= real[0] + 0.3, (real, emulated)
 
 
 # ---------------------------------------------------------------------------------------------------- rows
