@@ -35,6 +35,7 @@ import numpy as np
 
 from firmware_bridge.avrnum import avr_strtod, to_float32
 from firmware_bridge.messages import boot_messages, format_reply_value
+from firmware_bridge.motion import STEPPERS
 from firmware_bridge.variables import COUNTER_PERIOD, UNSET, Kind
 from simulator.model import PhysicsModel
 
@@ -59,11 +60,6 @@ POWER_ON_CROSS_RED = 255.0 * 13 / 37
 UNSET_LED_LEVEL = float(int(UNSET) & 0xFF)
 """An unset colour (-9999) as set_color() hands it to the LEDs: (int)-9999 truncated to a byte = 241."""
 
-HATCH_STEPS_PER_REV = 3200
-HATCH_S_PER_STEP = 2 * 400e-6  # STEP high, delayMicroseconds(400), low, delayMicroseconds(400)
-POLARIZER_STEPS_PER_REV = 1600
-POLARIZER_GEAR = 25 / 50  # TEETH_SMALL / TEETH_LARGE
-POLARIZER_S_PER_STEP = 2 * 400e-6 + 112e-6  # the same, plus the angle-sensor analogRead before every step
 ANGLE_SENSOR_LIMITS = (10, 1010)  # move_motor() fails er05 outside these readings
 CAMERA_ROW_S = 0.5 + 1.0  # take_picture(): LOW_DURATION + CAM_DELAY
 
@@ -263,10 +259,8 @@ class EmulatedFirmware:
 
     def _move(self, name: str, angle: float) -> float:
         """set_angle(): whole steps from the current position; returns the move's duration; er05 off the sensor."""
-        if name == "hatch":
-            per_rev, ratio, per_step = HATCH_STEPS_PER_REV, 1.0, HATCH_S_PER_STEP
-        else:
-            per_rev, ratio, per_step = POLARIZER_STEPS_PER_REV, POLARIZER_GEAR, POLARIZER_S_PER_STEP
+        stepper = STEPPERS[name]  # the firmware's figures, shared with the host's reply timeouts
+        per_rev, ratio, per_step = stepper.steps_per_rev, 1.0 / stepper.gear, stepper.step_s
         position = self._motor_steps[name]
         current = position / per_rev * ratio * 360.0
         exact = (angle - current) / 360.0 / ratio * per_rev
