@@ -19,7 +19,7 @@ from firmware_bridge.rows import RowBlock, RowChecker
 from firmware_bridge.session import BootInfo
 from simulator.firmware import EmulatedFirmware, FirmwareFault, Response
 from simulator.model import PhysicsModel
-from simulator.placeholder import make_model
+from simulator.physics import make_model
 
 
 class SimBackend:

@@ -29,7 +29,7 @@ from firmware_bridge.segments import LinkCounters
 from simulator.board_protocol import BoardFaults, BoardProtocol
 from simulator.firmware import EmulatedFirmware
 from simulator.model import PhysicsModel
-from simulator.placeholder import make_model
+from simulator.physics import make_model
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,7 @@ def make_board(chamber: str = "wt", *, transport: str = "pty", seed: int = 0, co
                faults: BoardFaults | None = None, pace: str = "real", window: int = 1,
                boot_delay: float | None = None, host: str = "127.0.0.1", port: int = 0,
                link_path: Path | None = None) -> Mk1Board:
-    """Build a board (model from simulator.physics when available, else the placeholder) on a new transport.
+    """Build a board (its model from simulator.physics unless one is given) on a new transport.
 
     By default it is the real board's double: its timings (`pace="real"`) and stop-and-wait (`window=1`); the
     deliberate differences of `pace="fast"` and `window>1` are listed in simulator/board_protocol.py (FIDELITY)."""

@@ -8,7 +8,7 @@ import pytest
 from chamber.testing import CountingModel
 from firmware_bridge.variables import COUNTER_MAX, UNSET, layout_for
 from simulator.firmware import EmulatedFirmware, FirmwareFault
-from simulator.placeholder import make_placeholder_model
+from simulator.physics import make_model
 
 
 def booted(chamber: str = "wt") -> EmulatedFirmware:
@@ -123,9 +123,10 @@ def test_msr_and_rst_responses():
     assert fw.handle("RST").reboot
 
 
-def test_placeholder_model_is_seeded_and_reset_replays():
-    a = make_placeholder_model("wt", seed=4)
-    b = make_placeholder_model("wt", seed=4)
+@pytest.mark.parametrize("chamber", ["wt", "lt"])
+def test_the_board_model_is_seeded_and_reset_replays(chamber):
+    a = make_model(chamber, seed=4)
+    b = make_model(chamber, seed=4)
     first = a.sample(20)
     assert np.array_equal(first, b.sample(20))
     a.reset()
