@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
@@ -452,44 +452,6 @@ def load_claim_sources(paths: Sequence[str | Path] | None, *,
             origin[claim.id] = name
     log.debug("loaded %d claims from %d file(s)", len(out), len(sources))
     return out
-
-
-class ClaimSet(Mapping[str, Claim]):
-    """A loaded, read-only set of claims with lookups that fail with the known ids."""
-
-    def __init__(self, claims: Mapping[str, Claim]) -> None:
-        self._claims = dict(claims)
-
-    @classmethod
-    def load(cls, path_or_dir: str | Path | None = None) -> ClaimSet:
-        return cls(load_claims(path_or_dir))
-
-    load_claims = staticmethod(load_claims)  # the contract's spelling: ClaimSet.load_claims(path_or_dir) -> dict
-
-    def __getitem__(self, claim_id: str) -> Claim:
-        return self.get_claim(claim_id)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._claims)
-
-    def __len__(self) -> int:
-        return len(self._claims)
-
-    @property
-    def ids(self) -> list[str]:
-        return list(self._claims)
-
-    def get_claim(self, claim_id: str) -> Claim:
-        try:
-            return self._claims[claim_id]
-        except KeyError:
-            raise UnknownClaim(claim_id, self.ids) from None
-
-    def by_component(self, component: str) -> list[Claim]:
-        return [c for c in self._claims.values() if c.component.lower() == component.lower()]
-
-    def with_protocol(self, protocol: str) -> list[Claim]:
-        return [c for c in self._claims.values() if c.protocol == protocol]
 
 
 def get_claim(claim_id: str, claims: Mapping[str, Claim] | None = None) -> Claim:
