@@ -18,9 +18,7 @@ from typing import Any, Protocol
 
 from agent.models.anthropic_client import from_anthropic_response, to_anthropic_request
 from agent.models.base import ModelError, ModelRequest, ModelTurn
-
-SUBMIT_EXTRACTION = "submit_extraction"
-SUBMIT_CHAMBER_OUTCOME = "submit_chamber_outcome"
+from agent.prompt import SUBMIT_CHAMBER_OUTCOME, SUBMIT_EXTRACTION
 
 
 class ScriptedPolicy(Protocol):

@@ -32,7 +32,6 @@ GOLD = "gold_labels.json"
 
 _FAULT_ARMS = {"F1": "withhold-navigation", "F5": "withhold-crosscheck"}
 _PROBE_ARMS = {"closed_book": "closed-book", "null_tool_injection": "null-tool", "wrong_content": "wrong-content"}
-_MODEL_ALIASES = {"gpt-5_1": "gpt-5.1", "qwen3_6-27b": "qwen3.6-27b"}
 
 
 class ArchiveError(ValueError):

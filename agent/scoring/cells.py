@@ -22,7 +22,6 @@ from agent.record import RecordError, read_record
 NAVIGATION_TOOLS = frozenset({"build_datasheet", "get_section_text", "search_text", "extract_table_markdown",
                               "inspect_page"})
 CROSS_CHECK_TOOLS = frozenset({"search_text", "extract_table_markdown"})
-SUBMIT_TOOLS = frozenset({"submit_extraction", "submit_chamber_outcome", "submit_claim_result"})
 ARM_MARK = "+arm="
 
 
