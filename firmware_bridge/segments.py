@@ -12,8 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 
-FLAG_ACK = 0x01
-FLAG_SYN = 0x02
+FLAG_ACK = 0x01  # flags bit 0; bit 1 (SYN) exists on the wire but neither side ever sets it
 SEQ_MODULO = 2**32
 SEQ_START = SEQ_MODULO - 2
 """Initial last_delivered / last_acknowledged: the first data segment each way is numbered 2^32 − 1."""
