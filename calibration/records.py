@@ -27,7 +27,9 @@ class RecordError(ValueError):
 
 
 class CrossSensorParameters(BaseModel):
-    """The numbers a protocol needs to correct barometer readings (all in `unit`, Pa by default)."""
+    """The calibration's numbers (all in `unit`, Pa by default). Protocols use the between-unit scatter as
+    evidence, never the offsets as a correction (protocols/barometer_protocols.py says why); `correct` is for a
+    reader re-applying the record to a unit's readings."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -98,14 +100,6 @@ class CalibrationRecord(BaseModel):
         if np.isscalar(values):
             return float(values) - offset
         return np.asarray(values, dtype=np.float64) - offset
-
-    def correct_columns(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Correct every barometer column present; other columns pass through unchanged (new arrays)."""
-        out = {}
-        for name, values in columns.items():
-            arr = np.asarray(values, dtype=np.float64)
-            out[name] = arr - self.parameters.offsets[name] if name in self.parameters.offsets else arr.copy()
-        return out
 
 
 def record_from_calibration(
