@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from agent.testserver import serve_app
+from support import SteppingClock  # noqa: F401 - re-exported until test_agent_inspect_log/test_agent_traces import it from support
 
 
 @dataclass
@@ -54,15 +55,3 @@ def replay(replies: list[Reply]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
 
     with serve_app(app) as url:
         yield url, bodies
-
-
-class SteppingClock:
-    """An injected wall clock for agent cells: every call advances it by 10 ms, so latencies in records are
-    deterministic (one definition for the conformance, provider re-score and trace tests)."""
-
-    def __init__(self, start: float = 1_764_633_600.0) -> None:
-        self.t = start
-
-    def __call__(self) -> float:
-        self.t += 0.01
-        return self.t

@@ -18,7 +18,8 @@ from agent.models.anthropic_client import AnthropicClient
 from agent.models.base import Message, ModelError, ModelRequest, TextBlock, ToolSpec, retry_after_seconds
 from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
 from agent.record import read_record
-from conformance_server import Reply, SteppingClock, replay, sdk_json
+from conformance_server import Reply, replay, sdk_json
+from support import SteppingClock
 
 TOOLS = [ToolSpec("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
 REQUEST = ModelRequest("sys", [Message("user", [TextBlock("find VDD")])], TOOLS)

@@ -28,20 +28,10 @@ from agent.scripted import (
 from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.claims import load_claims
+from support import SteppingClock, reads_the_claim
 
 NAVIGATION = {"build_datasheet", "get_section_text", "inspect_page"}
 VERIFICATION = {"search_text", "extract_table_markdown"}
-
-
-class Clock:
-    """A fake clock: each reading advances by `step` seconds (so budgets are exercised without sleeping)."""
-
-    def __init__(self, step: float = 0.001, start: float = 1_800_000_000.0) -> None:
-        self.t, self.step = start, step
-
-    def __call__(self) -> float:
-        self.t += self.step
-        return self.t
 
 
 @pytest.fixture(scope="module")
@@ -57,27 +47,13 @@ def _sdk_cell(policy, claim, tmp_path: Path, **kwargs: Any):
     with serve_scripted(policy) as (url, app):
         model = AnthropicClient("scripted-model", api_key="test-key", base_url=url)
         result = run_cell(claim, model=model, datasheet=_pdf(claim), record_dir=tmp_path,
-                          clock=kwargs.pop("clock", Clock()), **kwargs)
+                          clock=kwargs.pop("clock", SteppingClock()), **kwargs)
     events = validate_record(result.record)
     return result, events, app.state.requests
 
 
 def _tool_calls(events) -> list:
     return [e for e in events if e.kind == "tool_call"]
-
-
-def _matches(claim, extraction: dict[str, Any]) -> bool:
-    """The figure read equals the claim's (compared here, never in the agent). For accuracy claims the printed
-    band +/- tolerance is the range read."""
-    got = {k: extraction.get(k) for k in ("value", "low", "high")}
-    close = lambda a, b: a is not None and abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))  # noqa: E731
-    if claim.kind == "accuracy":
-        t = claim.tolerance.value
-        return close(got["low"], claim.value - t) and close(got["high"], claim.value + t)
-    expected = {k: getattr(claim, k) for k in ("value", "low", "high") if getattr(claim, k) is not None}
-    if claim.kind == "typical":  # the Typ. column is the claim; printed Min./Max. may or may not be read too
-        expected = {"value": claim.value}
-    return all(close(got[k], v) for k, v in expected.items())
 
 
 # --------------------------------------------------------------------------------------------- the reader
@@ -88,12 +64,12 @@ def test_reader_extracts_every_dps310_and_si115x_claim_through_the_sdk(claims, t
     with serve_scripted(policy_named("reader")) as (url, app):
         model = AnthropicClient("scripted-reader", api_key="test-key", base_url=url)
         for claim in cells:
-            result = run_cell(claim, model=model, datasheet=_pdf(claim), record_dir=tmp_path, clock=Clock())
+            result = run_cell(claim, model=model, datasheet=_pdf(claim), record_dir=tmp_path, clock=SteppingClock())
             events = validate_record(result.record)
             tools = {e.tool for e in _tool_calls(events)}
             assert result.outcome == "submitted" and result.phase_two == "skipped", (claim.id, result.detail)
             assert {"build_datasheet", "search_text"} <= tools, claim.id
-            if not _matches(claim, result.extraction):
+            if not reads_the_claim(claim, result.extraction):
                 wrong.append((claim.id, result.extraction))
             turns = [e for e in events if e.kind == "model_turn"]
             assert all(t.http_status == 200 and t.request_id.startswith("req_scripted_") for t in turns)
@@ -192,7 +168,7 @@ def test_prompt_too_long_is_context_exceeded(claims, tmp_path):
 
 def test_wall_time_budget_ends_the_cell_as_timeout(claims, tmp_path):
     result, events, _ = _sdk_cell(policy_named("reader"), claims["dps310-meas-time-standard"], tmp_path,
-                                  clock=Clock(step=10.0), budget=Budget(wall_s=60.0))
+                                  clock=SteppingClock(step=10.0), budget=Budget(wall_s=60.0))
     assert result.outcome == "timeout" and result.extraction is None
 
 
@@ -213,7 +189,7 @@ def test_unreachable_model_server_is_an_engine_error(claims, tmp_path):
         pass  # the server is stopped: nothing listens on this port any more
     model = AnthropicClient("m", api_key="k", base_url=url)
     result = run_cell(claims["dps310-meas-time-standard"], model=model, datasheet=_pdf(claims["dps310-meas-time-standard"]),
-                      record_dir=tmp_path, clock=Clock(), budget=Budget(retries_per_turn=1))
+                      record_dir=tmp_path, clock=SteppingClock(), budget=Budget(retries_per_turn=1))
     events = validate_record(result.record)
     assert result.outcome == "engine_error" and "connection" in events[-1].detail
 
@@ -277,7 +253,7 @@ def test_in_process_scripted_client_matches_the_sdk_path(claims, tmp_path):
     claim = claims["dps310-pressure-rate-range"]
     sdk, _, _ = _sdk_cell(policy_named("reader"), claim, tmp_path / "sdk")
     local = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"), datasheet=_pdf(claim),
-                     record_dir=tmp_path / "local", clock=Clock())
+                     record_dir=tmp_path / "local", clock=SteppingClock())
     validate_record(local.record)
     assert local.extraction == sdk.extraction and local.extraction_sha256 == sdk.extraction_sha256
 
@@ -292,7 +268,7 @@ def test_records_are_flushed_line_by_line(claims, tmp_path):
             raise RuntimeError("client bug")
 
     claim = claims["dps310-meas-time-standard"]
-    result = run_cell(claim, model=Exploding(), datasheet=_pdf(claim), record_dir=tmp_path, clock=Clock())
+    result = run_cell(claim, model=Exploding(), datasheet=_pdf(claim), record_dir=tmp_path, clock=SteppingClock())
     events = validate_record(result.record)
     assert result.outcome == "engine_error" and "client bug" in events[-1].detail
     lines = result.record.read_text().splitlines()

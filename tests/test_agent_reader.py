@@ -9,7 +9,6 @@ Also unit tests of the reader's reading helpers on printed text shapes taken fro
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -35,27 +34,7 @@ from agent.scripted import (
 )
 from conftest import shared_path
 from protocols.claims import load_claims
-
-
-def _clock():
-    return itertools.count(1_800_000_000.0, 0.01).__next__
-
-
-def _matches(claim, extraction: dict[str, Any] | None) -> bool:
-    """The figure read equals the claim's. Accuracy claims: the printed +/- band is the range read. Typical
-    claims: the Typ. figure (a printed Min./Max. may be read too). Ranges and ratings: every bound the claim has,
-    and its Typ. when it has one."""
-    if not extraction:
-        return False
-    got = {k: extraction.get(k) for k in ("value", "low", "high")}
-    close = lambda a, b: a is not None and abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))  # noqa: E731
-    if claim.kind == "accuracy":
-        t = claim.tolerance.value
-        return close(got["low"], claim.value - t) and close(got["high"], claim.value + t)
-    expected = {k: getattr(claim, k) for k in ("value", "low", "high") if getattr(claim, k) is not None}
-    if claim.kind == "typical":
-        expected = {"value": claim.value}
-    return all(close(got[k], v) for k, v in expected.items())
+from support import SteppingClock, reads_the_claim
 
 
 @dataclass
@@ -77,7 +56,7 @@ def reader_run(tmp_path_factory) -> ReaderRun:
     for claim in claims.values():
         model = ScriptedClient(policy_named("reader"), "scripted:reader")
         result = run_cell(claim, model=model, datasheet=datasheets / claim.identity.filename, record_dir=out,
-                          clock=_clock(), run_id=f"{claim.id}--reader")
+                          clock=SteppingClock(), run_id=f"{claim.id}--reader")
         results[claim.id] = result
         events[claim.id] = validate_record(result.record)
     rows = score_paths([out], claims=claims, datasheets_dir=datasheets)["cells"]
@@ -89,7 +68,7 @@ def test_reader_submits_the_right_figure_for_every_claim(reader_run):
     not_submitted = {cid: (r.outcome, r.detail) for cid, r in reader_run.results.items() if r.outcome != "submitted"}
     assert not not_submitted
     wrong = {cid: r.extraction for cid, r in reader_run.results.items()
-             if not _matches(reader_run.claims[cid], r.extraction)}
+             if not reads_the_claim(reader_run.claims[cid], r.extraction)}
     assert not wrong
     for cid, r in reader_run.results.items():  # it answers in the unit asked, from a page of the document
         claim = reader_run.claims[cid]
@@ -163,7 +142,7 @@ def test_reader_ends_its_turn_when_the_document_does_not_print_the_parameter(tmp
     claim = claims["a4988-blank-time"].model_copy(update={"parameter": "Flux capacitor charging interval"})
     datasheet = shared_path("datasheets", claim.identity.filename)
     result = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"), datasheet=datasheet,
-                      record_dir=tmp_path, clock=_clock())
+                      record_dir=tmp_path, clock=SteppingClock())
     events = validate_record(result.record)
     assert result.outcome == "end_turn_without_submit" and result.extraction is None
     tools = [e.tool for e in events if e.kind == "tool_call"]

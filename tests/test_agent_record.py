@@ -20,19 +20,11 @@ from agent.record import (
     read_record,
     validate_record,
 )
-
-
-class Clock:
-    def __init__(self):
-        self.t = 1_800_000_000.0
-
-    def __call__(self):
-        self.t += 0.5
-        return self.t
+from support import SteppingClock
 
 
 def _write_run(tmp_path, chamber_call_before_freeze=False):
-    w = RecordWriter(tmp_path, "run-1", Clock())
+    w = RecordWriter(tmp_path, "run-1", SteppingClock(1_800_000_000.0, step=0.5))
     surface = ToolSurface(name="s", version="1", sha256="0" * 64, tools=["search_text", "submit_extraction"])
     w.write(RunStart, claim_id="c", model="m", provider="p", transport="t", system_prompt="sys",
             first_user_message="u", tool_surface=surface, datasheet={}, config={})

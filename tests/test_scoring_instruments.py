@@ -3,7 +3,6 @@ fidelity's numeric and Unicode rules, every detector rule, every classifier labe
 
 from __future__ import annotations
 
-import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from agent.scoring.fidelity import score_fidelity
 from agent.scoring.pricing import PriceTableError, load_price_table
 from agent.scoring.score import score_paths
 from agent.scoring.zeros import clopper_pearson_zero_bound, count_with_bound
+from support import SteppingClock
 
 
 # --------------------------------------------------------------------------------------------- record builder
@@ -25,7 +25,7 @@ def write_record(tmp: Path, run_id: str, calls: list[tuple[str, str, str]], *, e
                  outcome: str = "submitted", claim_id: str = "acs70331-bandwidth", arm: str = "normal",
                  chamber_calls: list[str] = ()) -> Path:
     """A record with one model turn per call: calls are (tool, status, output text)."""
-    clock = itertools.count(1_800_000_000.0, 0.5).__next__
+    clock = SteppingClock(1_800_000_000.0, step=0.5)
     with RecordWriter(tmp, run_id, clock) as w:
         w.write(RunStart, claim_id=claim_id, model="hand-built", provider="test", transport="none",
                 system_prompt="s", first_user_message="u",

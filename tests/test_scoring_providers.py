@@ -25,7 +25,8 @@ from agent.record import read_record, validate_record
 from agent.scoring.pricing import Price, PriceTable
 from agent.scoring.score import score_paths
 from agent.scripted import ScriptedClient
-from conformance_server import Reply, SteppingClock, replay
+from conformance_server import Reply, replay
+from support import SteppingClock
 from test_agent_conformance import anthropic_reply, chat_reply, responses_reply
 
 CLAIM = "dps310-operating-range"

@@ -22,13 +22,9 @@ from agent.scripted import ScriptedClient, policy_named
 from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.claims import get_claim
+from support import SteppingClock
 
 CLAIM = "acs70331-bandwidth"
-
-
-def _clock():
-    t = iter(range(10**6))
-    return lambda: float(next(t))
 
 
 def test_a_pdf_reading_backend_receives_the_pdf_itself_over_the_real_sdk(tmp_path):
@@ -37,7 +33,7 @@ def test_a_pdf_reading_backend_receives_the_pdf_itself_over_the_real_sdk(tmp_pat
     with serve_scripted(policy_named("closed-book")) as (url, app):
         model = client_for("claude-test", {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": url})
         setup = arm_setup("single-pass", pdf)
-        result = run_cell(claim, model=setup.model(model), datasheet=pdf, record_dir=tmp_path, clock=_clock(),
+        result = run_cell(claim, model=setup.model(model), datasheet=pdf, record_dir=tmp_path, clock=SteppingClock(),
                           tools=setup.tools, surface_version=setup.surface_version)
         first = app.state.requests[0]["messages"][0]["content"]
     document = next(b for b in first if b["type"] == "document")
@@ -60,7 +56,7 @@ def test_a_backend_without_pdf_input_receives_every_page_as_an_image(tmp_path):
 
     setup = arm_setup("single-pass", pdf)
     run_cell(claim, model=setup.model(ScriptedClient(Spy(), model="spy")), datasheet=pdf, record_dir=tmp_path,
-             clock=_clock(), tools=setup.tools, surface_version=setup.surface_version)
+             clock=SteppingClock(), tools=setup.tools, surface_version=setup.surface_version)
     first = seen[0]["messages"][0]["content"]
     images = [b for b in first if b["type"] == "image"]
     with pymupdf.open(pdf) as doc:

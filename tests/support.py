@@ -1,0 +1,133 @@
+"""Small typed helpers the tests share, one verb each: clocks, the CLI, a serial chamber, a claim matcher.
+
+Why one module: each of these was written several times across the test files with small differences (six fake
+clocks with different starts and steps, five CLI runners, two claim matchers), so a reader could not tell whether
+a difference mattered. Here each exists once; a test that needs another start or step says so in its call.
+Modelled on ophyd-async's `_mock_signal_utils.py`: a flat module of tiny helpers, no fixtures, no global state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_START = 1_764_633_600.0  # 2025-12-02T00:00:00Z: a fixed epoch, so record timestamps are deterministic
+
+
+# ----------------------------------------------------------------------------------------------------- clocks
+class SteppingClock:
+    """An injected clock that advances by `step` seconds on every reading (the first reading is start + step).
+
+    For agent cells and records: latencies and budgets are exercised without sleeping, and the same run gives
+    the same timestamps."""
+
+    def __init__(self, start: float = DEFAULT_START, step: float = 0.01) -> None:
+        if step <= 0:
+            raise ValueError(f"step must be > 0 seconds (a clock that does not advance), got {step!r}")
+        self.t = start
+        self.step = step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+class ManualClock:
+    """An injected monotonic clock that only the test moves (`advance`), e.g. to run a lease past its timeout."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"a monotonic clock cannot go back; advance by >= 0 s, got {seconds!r}")
+        self.now += seconds
+
+
+# -------------------------------------------------------------------------------------------------------- CLI
+@dataclass(frozen=True)
+class CliRun:
+    """What one `bench_cli.main(argv)` call returned and printed."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        """The last stdout line as JSON (the `--json` summary); names the output when it is not JSON."""
+        lines = self.out.strip().splitlines()
+        if not lines:
+            raise AssertionError(f"expected a JSON line on stdout, got nothing (exit {self.code}; stderr {self.err!r})")
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            raise AssertionError(f"expected JSON on stdout's last line, got {lines[-1][:200]!r}") from None
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> CliRun:
+    """Run the CLI in this process (`bench_cli.main`) and capture what it printed."""
+    import bench_cli  # late: most users of this module never need the CLI
+
+    capsys.readouterr()  # drop anything printed before, so `out` is this call's output only
+    code = bench_cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return CliRun(code, out, err)
+
+
+def cli_subprocess(*argv: str, timeout_s: float = 300.0,
+                   env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python bench_cli.py ARGV` in a child process from the project folder (text output captured)."""
+    return subprocess.run([sys.executable, str(PROJECT_ROOT / "bench_cli.py"), *argv], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=timeout_s,
+                          env=dict(env) if env is not None else None)
+
+
+# ---------------------------------------------------------------------------------------------------- chamber
+@contextlib.contextmanager
+def serial_chamber(kind: str = "wt", *, seed: int = 0, transport: str = "pty", **board: Any) -> Iterator[Any]:
+    """An emulated board (`running_board`, fast pace) with the real serial driver connected to it; yields the
+    connected Chamber and closes it (then the board) on exit. `board` goes to running_board (faults, model...)."""
+    from chamber import open_chamber
+    from simulator.board import running_board
+
+    with running_board(kind, transport=transport, seed=seed, **board) as handle:
+        chamber = open_chamber(handle.url, backend="serial")
+        try:
+            yield chamber
+        finally:
+            chamber.close()
+
+
+# ------------------------------------------------------------------------------------------------------ claims
+def _close(got: Any, want: float) -> bool:
+    return got is not None and abs(float(got) - float(want)) <= 1e-9 * max(1.0, abs(float(want)))
+
+
+def reads_the_claim(claim: Any, extraction: Mapping[str, Any] | None) -> bool:
+    """Whether an extraction carries the claim's figure (compared in tests, never in the agent).
+
+    Accuracy claims: the printed band value ± tolerance is the range read. Typical claims: the Typ. figure (a
+    printed Min./Max. may be read too, and is not compared). Ranges and ratings: every bound the claim has, and
+    its Typ. when it has one. No extraction reads nothing."""
+    if not extraction:
+        return False
+    got = {k: extraction.get(k) for k in ("value", "low", "high")}
+    if claim.kind == "accuracy":
+        t = claim.tolerance.value
+        return _close(got["low"], claim.value - t) and _close(got["high"], claim.value + t)
+    if claim.kind == "typical":
+        return _close(got["value"], claim.value)
+    expected = {k: getattr(claim, k) for k in ("value", "low", "high") if getattr(claim, k) is not None}
+    return all(_close(got[k], v) for k, v in expected.items())
