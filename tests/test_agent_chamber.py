@@ -1,96 +1,54 @@
-"""Phase two against a stand-in of the chamber tools API (issue #5 is not written yet).
+"""Phase two against the real chamber tools API (protocols.api) over an in-process simulated wind tunnel.
 
-The stand-in below is a tiny FastAPI app served by uvicorn on 127.0.0.1 that follows the HTTP contract the agent
-is built against; replace it with the real service's app when that lands.
+The API runs under uvicorn on 127.0.0.1 exactly as the main job starts it (`running_api`), and the agent reaches
+it only through its HTTP client, so these tests hold the agent to the contract the service really keeps: sessions,
+the freeze (a second one is 409), every chamber tool 409 before the freeze, refusals as tool errors the model
+sees. What reached the service is read back from the API's own per-session record, not from a test double.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 
+import chamber
 from agent.chamber_client import ChamberClient, ChamberError
 from agent.loop import run_cell
 from agent.models.anthropic_client import AnthropicClient
 from agent.record import validate_record
 from agent.scripted import ClosedBook, policy_named, tool_use
-from agent.testserver import serve_app, serve_scripted
+from agent.testserver import serve_scripted
 from conftest import shared_path
+from protocols.api import running_api
+from protocols.api.tools import TOOLS
+from protocols.canonical import canonical_json, sha256_hex
 from protocols.claims import load_claims
-from test_agent_loop import Clock
+from support import SteppingClock
 
-CHAMBER_TOOLS = [
-    {"name": "read_sensor", "description": "Read one chamber variable.",
-     "input_schema": {"type": "object", "properties": {"variable": {"type": "string"}}, "required": ["variable"]}},
-    {"name": "submit_chamber_outcome", "description": "End the chamber phase.",
-     "input_schema": {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}},
-]
+CLAIM = "dps310-relative-accuracy"
+TOOL_NAMES = [t.name for t in TOOLS]
 
 
-def chamber_standin() -> FastAPI:
-    """STAND-IN for the chamber tools API (issue #5): sessions, freeze (409 twice), tools (409 before the freeze)."""
-    app = FastAPI()
-    sessions: dict[str, dict] = {}
-    ids = itertools.count(1)
-    app.state.sessions = sessions
+@dataclass
+class Api:
+    client: ChamberClient
+    http: httpx.Client
+    record_dir: Path
 
-    def error(status: int, code: str, message: str) -> JSONResponse:
-        return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+    def requests(self, session_id: str) -> list[tuple[str, str]]:
+        """(method, path after /sessions/{id}) of every request the service recorded for the session."""
+        lines = (self.record_dir / f"{session_id}.jsonl").read_text(encoding="utf-8").splitlines()
+        prefix = f"/sessions/{session_id}"
+        return [(e["method"], e["path"].removeprefix(prefix) or "/") for e in map(json.loads, lines)
+                if e["kind"] == "request"]
 
-    @app.post("/sessions")
-    def create(body: dict):
-        sid = f"s{next(ids)}"
-        sessions[sid] = {"claim_id": body["claim_id"], "payload": None, "calls": [], "ended": False}
-        return {"session_id": sid}
-
-    @app.post("/sessions/{sid}/extraction")
-    def freeze(sid: str, body: dict):
-        s = sessions.get(sid)
-        if s is None:
-            return error(404, "unknown_session", sid)
-        if s["payload"] is not None:
-            return error(409, "already_frozen", "the extraction is frozen already")
-        s["payload"] = body["payload"]
-        canonical = json.dumps(body["payload"], sort_keys=True, separators=(",", ":")).encode()
-        return {"sha256": hashlib.sha256(canonical).hexdigest()}
-
-    @app.get("/tools")
-    def tools():
-        return CHAMBER_TOOLS
-
-    @app.post("/sessions/{sid}/tools/{name}")
-    def call(sid: str, name: str, args: dict):
-        s = sessions.get(sid)
-        if s is None:
-            return error(404, "unknown_session", sid)
-        if s["payload"] is None:
-            return error(409, "not_frozen", "submit the extraction first")
-        if s["ended"]:
-            return error(409, "session_ended", "the session has ended")
-        s["calls"].append((name, args))
-        if name == "read_sensor":
-            if args.get("variable") != "pressure_upwind":
-                return error(400, "unknown_variable", f"no variable {args.get('variable')!r}")
-            return {"variable": "pressure_upwind", "value": 96012.5, "unit": "Pa"}
-        if name == "submit_chamber_outcome":
-            s["ended"] = True
-            return {"accepted": True, "summary": args.get("summary", "")}
-        return error(404, "unknown_tool", name)
-
-    return app
-
-
-@pytest.fixture()
-def chamber():
-    app = chamber_standin()
-    with serve_app(app) as url, httpx.Client(base_url=url, timeout=10) as http:
-        yield ChamberClient(http), app
+    def tool_requests(self, session_id: str) -> list[str]:
+        return [path.removeprefix("/tools/") for _, path in self.requests(session_id) if path.startswith("/tools/")]
 
 
 @pytest.fixture(scope="module")
@@ -98,100 +56,127 @@ def claims():
     return load_claims()
 
 
-def test_client_follows_the_contract(chamber):
-    client, _ = chamber
-    sid = client.create_session("dps310-relative-accuracy")
-    early = client.call_tool(sid, "read_sensor", {"variable": "pressure_upwind"})
-    assert not early.ok and early.status == 409 and early.body["error"]["code"] == "not_frozen"
-    digest = client.freeze_extraction(sid, {"low": -6, "high": 6})
-    assert len(digest) == 64
+@pytest.fixture()
+def api(tmp_path, claims) -> Iterator[Api]:
+    wt = chamber.open_chamber(backend="sim", chamber="wt", seed=11)
+    try:
+        with running_api({"wt": wt}, record_dir=tmp_path / "api", claims=claims) as url, \
+                httpx.Client(base_url=url, timeout=30) as http:
+            yield Api(ChamberClient(http), http, tmp_path / "api")
+    finally:
+        wt.close()
+
+
+def _cell(claim, policy, api: Api, tmp_path: Path):
+    with serve_scripted(policy) as (url, _):
+        return run_cell(claim, model=AnthropicClient("scripted", api_key="k", base_url=url),
+                        datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path / "cells",
+                        clock=SteppingClock(), chamber=api.client)
+
+
+def test_client_follows_the_contract(api):
+    client = api.client
+    sid = client.create_session(CLAIM)
+    early = client.call_tool(sid, "measure", {"n": 1})
+    assert not early.ok and early.status == 409 and early.body["error"]["code"] == "extraction_not_frozen"
+    payload = {"low": -6, "high": 6}
+    assert client.freeze_extraction(sid, payload) == sha256_hex(canonical_json(payload))
     with pytest.raises(ChamberError) as e:
         client.freeze_extraction(sid, {"low": -1, "high": 1})
-    assert e.value.status == 409 and e.value.code == "already_frozen"
-    assert [t.name for t in client.list_tools()] == ["read_sensor", "submit_chamber_outcome"]
-    ok = client.call_tool(sid, "read_sensor", {"variable": "pressure_upwind"})
-    assert ok.ok and ok.body["value"] == 96012.5
+    assert e.value.status == 409 and e.value.code == "extraction_already_frozen"
+    assert api.http.get(f"/sessions/{sid}/extraction").json()["payload"] == payload  # the first freeze stands
+    assert [t.name for t in client.list_tools()] == TOOL_NAMES
+    ok = client.call_tool(sid, "measure", {"n": 3, "variables": ["pressure_upwind"]})
+    assert ok.ok and ok.body["variables"]["pressure_upwind"]["n"] == 3
+    assert api.tool_requests(sid) == ["measure", "measure"]  # the refused early call is on the record too
 
 
-def test_reader_runs_both_phases(claims, chamber, tmp_path):
-    client, app = chamber
-    claim = claims["dps310-relative-accuracy"]
-    with serve_scripted(policy_named("reader")) as (url, _):
-        model = AnthropicClient("scripted-reader", api_key="k", base_url=url)
-        result = run_cell(claim, model=model, datasheet=shared_path("datasheets", claim.identity.filename),
-                          record_dir=tmp_path, clock=Clock(), chamber=client)
+def test_unknown_session_is_404_and_an_ended_session_refuses_tools(api):
+    client = api.client
+    missing = client.call_tool("no-such-session", "measure", {"n": 1})
+    assert missing.status == 404 and missing.body["error"]["code"] == "unknown_session"
+    sid = client.create_session(CLAIM)
+    client.freeze_extraction(sid, {"value": 1})
+    done = client.call_tool(sid, "submit_chamber_outcome", {"prediction": "inconclusive", "summary": "x"})
+    assert done.ok and done.body["ended"] is True
+    late = client.call_tool(sid, "measure", {"n": 1})
+    assert late.status == 409 and late.body["error"]["code"] == "session_ended"
+
+
+def test_reader_runs_both_phases(claims, api, tmp_path):
+    result = _cell(claims[CLAIM], policy_named("reader"), api, tmp_path)
     events = validate_record(result.record)
     assert result.outcome == "submitted" and result.phase_two == "completed"
-    assert result.chamber_outcome["accepted"] is True
-    session = app.state.sessions[events[0].chamber["session_id"]]
-    assert session["payload"] == result.extraction and session["ended"]
+    assert result.chamber_outcome["stored"] is True and result.chamber_outcome["ended"] is True
+    sid = events[0].chamber["session_id"]
+    status = api.http.get(f"/sessions/{sid}").json()
+    assert status["ended"] and status["end_reason"] == "submitted"
+    assert status["extraction_sha256"] == result.extraction_sha256
+    assert api.http.get(f"/sessions/{sid}/extraction").json()["payload"] == result.extraction
+    assert api.tool_requests(sid)[-1] == "submit_chamber_outcome"
     kinds = [e.kind for e in events]
     change = kinds.index("phase_change")
     chamber_calls = [i for i, e in enumerate(events) if e.kind == "tool_call" and e.phase == "chamber"]
     assert chamber_calls and min(chamber_calls) > change  # no chamber tool call before the freeze
     assert events[change].extraction_sha256 == result.extraction_sha256
-    assert events[change].chamber_tool_surface.tools == ["read_sensor", "submit_chamber_outcome"]
+    assert events[change].chamber_tool_surface.tools == TOOL_NAMES
     # after the freeze, the turns offer only the chamber tools
     later_turns = [e for e in events[change:] if e.kind == "model_turn"]
-    assert later_turns and all(t.offered_tools == ["read_sensor", "submit_chamber_outcome"] for t in later_turns)
+    assert later_turns and all(t.offered_tools == TOOL_NAMES for t in later_turns)
 
 
-def test_chamber_tool_in_phase_one_is_denied_and_never_reaches_the_service(claims, chamber, tmp_path):
-    client, app = chamber
-
+def test_chamber_tool_in_phase_one_is_denied_and_never_reaches_the_service(claims, api, tmp_path):
     class Eager:
         def respond(self, request):
             if not any(m["role"] == "assistant" for m in request["messages"]):
-                return tool_use(request, "read_sensor", {"variable": "pressure_upwind"})
+                return tool_use(request, "measure", {"n": 1})
             return ClosedBook().respond(request)
 
-    claim = claims["dps310-relative-accuracy"]
-    with serve_scripted(Eager()) as (url, _):
-        result = run_cell(claim, model=AnthropicClient("m", api_key="k", base_url=url),
-                          datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
-                          clock=Clock(), chamber=client)
+    result = _cell(claims[CLAIM], Eager(), api, tmp_path)
     events = validate_record(result.record)
     first = [e for e in events if e.kind == "tool_call"][0]
-    assert first.status == "denied" and first.phase == "extraction"
-    session = app.state.sessions[events[0].chamber["session_id"]]
-    # the denied phase-one call never reached the service; only the phase-two submit did
-    assert [name for name, _ in session["calls"]] == ["submit_chamber_outcome"]
+    assert (first.tool, first.status, first.phase) == ("measure", "denied", "extraction")
+    sid = events[0].chamber["session_id"]
+    paths = [path for _, path in api.requests(sid)]
+    freeze = paths.index("/extraction")
+    assert not any(p.startswith("/tools/") for p in paths[:freeze])  # the denied call never reached the service
+    sent = [e.tool for e in events if e.kind == "tool_call" and e.phase == "chamber"]
+    assert api.tool_requests(sid) == sent and "measure" not in sent  # only phase two's own calls arrived
     assert result.phase_two == "completed"
 
 
-def test_chamber_refusal_is_a_tool_error_the_model_sees(claims, chamber, tmp_path):
-    client, _ = chamber
-
+def test_chamber_refusal_is_a_tool_error_the_model_sees(claims, api, tmp_path):
     class BadVariable:
         def respond(self, request):
             names = [t["name"] for t in request["tools"]]
             done = [b for m in request["messages"] if m["role"] == "user" and isinstance(m["content"], list)
                     for b in m["content"] if b.get("type") == "tool_result"]
-            if "read_sensor" not in names:
+            if "measure" not in names:
                 return ClosedBook().respond(request)
             if len(done) == 1:
-                return tool_use(request, "read_sensor", {"variable": "nonsense"})
-            return tool_use(request, "submit_chamber_outcome", {"summary": "could not read"})
+                return tool_use(request, "measure", {"n": 1, "variables": ["nonsense"]})
+            return tool_use(request, "submit_chamber_outcome", {"prediction": "inconclusive",
+                                                                "summary": "could not read"})
 
-    claim = claims["dps310-relative-accuracy"]
-    with serve_scripted(BadVariable()) as (url, _):
-        result = run_cell(claim, model=AnthropicClient("m", api_key="k", base_url=url),
-                          datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
-                          clock=Clock(), chamber=client)
+    result = _cell(claims[CLAIM], BadVariable(), api, tmp_path)
     calls = [e for e in validate_record(result.record) if e.kind == "tool_call"]
-    refused = next(c for c in calls if c.tool == "read_sensor")
+    refused = next(c for c in calls if c.tool == "measure")
     assert refused.status == "error" and refused.error_type == "unknown_variable"
-    assert result.outcome == "submitted"
+    assert result.outcome == "submitted" and result.phase_two == "completed"
 
 
 def test_chamber_down_at_session_start_is_an_engine_error(claims, tmp_path):
-    with serve_app(chamber_standin()) as url:
-        pass  # stopped: nothing listens any more
-    claim = claims["dps310-relative-accuracy"]
+    wt = chamber.open_chamber(backend="sim", chamber="wt", seed=11)
+    try:
+        with running_api({"wt": wt}, record_dir=tmp_path / "api", claims=claims) as url:
+            pass  # stopped: nothing listens any more
+    finally:
+        wt.close()
+    claim = claims[CLAIM]
     with httpx.Client(base_url=url, timeout=2) as http, serve_scripted(ClosedBook()) as (murl, app):
         result = run_cell(claim, model=AnthropicClient("m", api_key="k", base_url=murl),
                           datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
-                          clock=Clock(), chamber=ChamberClient(http))
+                          clock=SteppingClock(), chamber=ChamberClient(http))
         assert app.state.requests == []  # no model turn was spent
     events = validate_record(result.record)
     assert result.outcome == "engine_error" and "session" in events[-1].detail
