@@ -18,6 +18,14 @@ from typing import Any, Protocol
 
 from agent.models.anthropic_client import from_anthropic_response, to_anthropic_request
 from agent.models.base import ModelError, ModelRequest, ModelTurn
+from agent.reader_text import NUM as _NUM
+from agent.reader_text import STOP_WORDS, Reading, markdown_tables, prose_readings, unit_factor
+from agent.reader_text import Table as _Table
+from agent.reader_text import cell_value as _cell_value
+from agent.reader_text import fold as _fold
+from agent.reader_text import to_float as _to_float  # noqa: F401 - kept importable for the tests
+from agent.reader_text import tokens as _tokens
+from agent.reader_text import unit_key as _unit_key
 from agent.prompt import SUBMIT_CHAMBER_OUTCOME, SUBMIT_EXTRACTION
 
 
@@ -360,11 +368,7 @@ class ScriptedClient:
 # reads that page's text to quote the figure as it is printed there, and searches for its quotation to make sure
 # the document holds it. It never sees the claim's value.
 
-_SI_PREFIX = {"n": 1e-9, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "m": 1e-3, "": 1.0, "c": 1e-2, "h": 1e2, "k": 1e3,
-              "M": 1e6}
 _ACRONYMS = {"adc": "analog-to-digital", "als": "ambient light"}
-_STOP = {"the", "of", "at", "and", "a", "an", "in", "per", "to", "for", "mode", "not", "with", "on", "or", "is"}
-_NUM = r"[-+–−]?\d+(?:[.,]\d+)?"
 # Words that attach an operating point to a parameter name: "Current consumption at 1 Hz", "tOFF with OSC tied".
 _CONNECTORS = re.compile(r"\s+(?:at|with|while|when)\s+", re.I)
 # Column headers as datasheets print them ("Typ.2" carries a footnote mark; "Rating" is an absolute maximum).
@@ -374,35 +378,6 @@ _COLUMN_NAMES = {"min": "min", "minimum": "min", "typ": "typ", "typical": "typ",
 _VALUE_COLUMNS = ("min", "typ", "max", "rating")
 MAX_SEARCH_CALLS = 22  # calls spent finding the figure; the loop's default budget is 30 turns in all
 QUOTE_ATTEMPTS = 3  # quotations tried with search_text before the best untested one is submitted
-
-
-def _fold(text: str) -> str:
-    text = (text.replace("–", "-").replace("−", "-").replace("—", "-").replace("μ", "µ").replace("º", "°")
-            .replace("\u00ad", ""))
-    return " ".join(text.split())
-
-
-def _tokens(text: str) -> set[str]:
-    return {t for t in re.findall(r"[a-z0-9µ°]+(?:\.[0-9]+)?", _fold(text).lower()) if t not in _STOP}
-
-
-def _unit_key(unit: str) -> str:
-    u = _fold(unit).replace(" ", "").replace("RMS", "").replace("rms", "")
-    return u.replace("u", "µ") if u.startswith("u") else u
-
-
-def unit_factor(found: str, wanted: str) -> float | None:
-    """Factor converting a figure printed in `found` to `wanted` (same unit up to an SI prefix), else None."""
-    f, w = _unit_key(found), _unit_key(wanted)
-    if not f or not w:
-        return None
-    if f.lower() == w.lower():
-        return 1.0
-    for pf, vf in _SI_PREFIX.items():
-        for pw, vw in _SI_PREFIX.items():
-            if f.startswith(pf) and w.startswith(pw) and f[len(pf):] == w[len(pw):] and f[len(pf):]:
-                return vf / vw
-    return None
 
 
 def _is_symbol(word: str) -> bool:
@@ -438,7 +413,8 @@ def search_phrases(parameter: str) -> tuple[list[str], set[str], set[str]]:
     for n in range(len(words) - 1, 0, -1):  # shorter windows of the head phrase, longest first
         for i in range(len(words) - n + 1):
             window = words[i:i + n]
-            if n == 1 and (len(window[0]) < 4 or window[0].lower() in _STOP):
+            short = len(window[0]) < 4 and not _is_symbol(window[0])  # a printed symbol (TC, INL) names a row
+            if n == 1 and (short or window[0].lower() in STOP_WORDS):
                 continue
             phrases.append(" ".join(window))
     seen: set[str] = set()
@@ -472,37 +448,6 @@ def search_hits(text: str) -> list[tuple[int, str]]:
     return hits
 
 
-@dataclass
-class _Table:
-    caption: str
-    header: list[str]
-    rows: list[list[str]]
-
-
-def markdown_tables(text: str) -> list[_Table]:
-    """Markdown tables in a tool output, each with the caption line above it (if any)."""
-    tables: list[_Table] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        if lines[i].lstrip().startswith("|"):
-            caption = ""
-            for back in range(i - 1, max(i - 4, -1), -1):
-                if lines[back].strip() and not lines[back].lstrip().startswith("|"):
-                    caption = lines[back].strip().strip("*#").strip()
-                    break
-            block = []
-            while i < len(lines) and lines[i].lstrip().startswith("|"):
-                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
-                i += 1
-            block = [r for r in block if not all(re.fullmatch(r":?-{2,}:?", c) or not c for c in r)]
-            if block:
-                tables.append(_Table(caption, block[0], block[1:]))
-        else:
-            i += 1
-    return tables
-
-
 def _columns(table: _Table) -> dict[str, int]:
     """Where Min/Typ/Max (or a single Rating), Unit and the test conditions are, from the header rows."""
     cols: dict[str, int] = {}
@@ -516,50 +461,6 @@ def _columns(table: _Table) -> dict[str, int]:
     if {"min", "typ", "max"} & set(cols):
         cols.pop("rating", None)  # "Values" over Min/Typ/Max is a group heading, not a column of its own
     return cols
-
-
-_SYMMETRIC = re.compile(r"^(?:±|\+/-|\+-)\s*(\d+(?:[.,]\d+)?)$")
-_SPAN = re.compile(r"^(" + _NUM + r")\s*to\s*(" + _NUM + r")$")
-
-
-def _to_float(text: str) -> float:
-    return float(text.replace(",", ".").replace("–", "-").replace("−", "-"))
-
-
-def _cell_value(cell: str) -> tuple[str, Any] | None:
-    """A printed figure: ("num", x), ("sym", x) for ±x, or ("span", (a, b)) for "a to b"; None for text or "–"."""
-    c = _fold(cell)
-    m = _SPAN.match(c)
-    if m:
-        return "span", (_to_float(m.group(1)), _to_float(m.group(2)))
-    c = c.replace(" ", "")
-    if not c or c in ("-", "—"):
-        return None
-    m = _SYMMETRIC.match(c)
-    if m:
-        return "sym", _to_float(m.group(1))
-    if re.fullmatch(r"[<>≤≥]?\d{1,3}(?:,\d{3})+", c):  # thousands separators: 10,000
-        return "num", float(re.sub(r"[<>≤≥,]", "", c))
-    if re.fullmatch(r"[<>≤≥]?" + _NUM, c):
-        return "num", _to_float(re.sub(r"[<>≤≥]", "", c))
-    return None
-
-
-@dataclass
-class Reading:
-    page: int
-    quote: str  # the text read, as the tool that showed it returned it
-    value: float | None = None
-    low: float | None = None
-    high: float | None = None
-    unit: str = ""
-    score: float = 0.0
-    evidence: list[str] = field(default_factory=list)  # pieces a quotation must hold (row cells, the figure)
-    context_cells: list[str] = field(default_factory=list)  # the figure's row and its continuation lines
-    row_cells: list[str] = field(default_factory=list)  # the figure's own table row
-    alternatives: list[str] = field(default_factory=list)  # other ways to quote it, best first
-    prose: bool = False
-    conditions: dict[str, str] = field(default_factory=dict)
 
 
 def _cell(row: list[str], j: int | None) -> str:
@@ -667,42 +568,6 @@ def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], 
             if i not in found or found[i].score < r.score:
                 found[i] = r
     return [found[i] for i in sorted(found)]
-
-
-def prose_readings(snippet: str, page: int, unit: str, parameter: str, phrase: str = "") -> list[Reading]:
-    """Readings from running text: "<100 mlx", "0.5Pa/K", "1.7 – 3.6 V", "± 0.06 hPa", "23-bit"."""
-    text = _fold(snippet)
-    out: list[Reading] = []
-    if "bit" in parameter.lower() and "count" in unit.lower():
-        m = re.search(r"(\d+)-bit", text)
-        if m:  # an N-bit converter's codes run from 0 to 2^N - 1
-            return [Reading(page, text, low=0.0, high=float(2 ** int(m.group(1)) - 1), unit=unit, score=5,
-                            evidence=[m.group(0)], alternatives=[text], prose=True)]
-    pattern = re.compile(
-        r"(?P<pre>[<>≤≥]|±|\+/-)?\s*(?P<a>" + _NUM + r")\s*(?:(?:-|to)\s*(?P<b>[+]?\d+(?:[.,]\d+)?)\s*)?"
-        r"(?P<unit>[A-Za-zµ°/%]+(?:/[A-Za-z]+)?)")
-    for m in pattern.finditer(text):
-        # In running text only the unit asked for counts: a converted figure there is usually another quantity
-        # ("ambient light levels < 1 klx" is not a resolution in mlx).
-        factor = 1.0 if _unit_key(m.group("unit")).lower() == _unit_key(unit).lower() else None
-        if factor is None:
-            continue
-        a = float(m.group("a").replace(",", ".")) * factor
-        evidence = [m.group(0).strip()] + ([phrase] if phrase else [])
-        r = Reading(page, text, unit=unit, score=3, evidence=evidence, alternatives=[text], prose=True)
-        pre = m.group("pre")
-        if m.group("b"):
-            r.low, r.high = a, float(m.group("b").replace(",", ".")) * factor
-        elif pre in ("±", "+/-"):
-            r.low, r.high = -abs(a), abs(a)
-        elif pre in ("<", "≤"):
-            r.high = a
-        elif pre in (">", "≥"):
-            r.low = a
-        else:
-            r.value = a
-        out.append(r)
-    return out
 
 
 def toc_sections(overview: str, head: set[str]) -> list[tuple[int, list[str]]]:
