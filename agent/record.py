@@ -5,15 +5,23 @@ that swallowed the tool-call token) are only visible afterwards in what was offe
 record keeps per-turn stop reasons, usage and offered tools, every tool call with its id, status (denied calls
 included) and full output (as a content-addressed blob beside the JSONL), and the frozen extraction's hash.
 A crash mid-run still leaves every event written so far on disk.
+
+Every line is strict JSON (RFC 8259), so any reader can read every line: a non-finite number is written as the
+string "NaN", "Infinity" or "-Infinity" (typed float fields read back as the float; free-form payloads keep the
+string), never bare and never silently as null. A line is written whole or not at all: if the write fails (a
+full disk, a file-size limit) the bytes already written are cut off again and RecordWriteError is raised, so the
+caller never reports a result whose record is missing or half-written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 SCHEMA_VERSION = "2"  # 2: usage counts may be null (not reported), response ids, per-attempt facts
 OUTPUT_KEPT_BYTES = 4096  # output text kept inline in the record; the whole output is always in the blob
@@ -25,8 +33,13 @@ Outcome = Literal[
 ]
 
 
+# Strict JSON for non-finite floats: "NaN"/"Infinity" strings (pydantic's default writes null, which loses the
+# value and makes a typed field unreadable by read_record).
+_STRICT = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
+
+
 class _Event(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     run_id: str
     seq: int = Field(ge=0)
@@ -34,7 +47,7 @@ class _Event(BaseModel):
 
 
 class ToolSurface(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str
     version: str
@@ -63,7 +76,7 @@ class RunStart(_Event):
 class TokenUsage(BaseModel):
     """Token counts as the provider reported them; null = not reported (unknown), never a fabricated 0."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     input_tokens: int | None = None  # includes cache reads and writes (OpenTelemetry convention)
     output_tokens: int | None = None
@@ -91,7 +104,7 @@ class TokenUsage(BaseModel):
 class Attempt(BaseModel):
     """One HTTP attempt of a model turn: a retried turn keeps every attempt's request id, not just the last."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     request_id: str | None = None
     http_status: int | None = None
@@ -180,6 +193,9 @@ class RecordError(ValueError):
     """A record file that does not follow the schema or its invariants; names the file, line and rule."""
 
 
+class RecordWriteError(OSError):
+    """An event that could not be appended as one whole JSON line; names the file, the event and the cause.
+    Nothing of the event stays in the file."""
 
 
 class RecordWriter:
@@ -193,15 +209,38 @@ class RecordWriter:
         self.path = self.dir / f"{run_id}.jsonl"
         self.blob_dir = self.dir / f"{run_id}.blobs"
         self._seq = 0
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, kind_model: type[BaseModel], **fields: Any) -> BaseModel:
-        """Build, validate and append one event (validation errors surface here, at the writer, not later)."""
+        """Build, validate and append one event (validation errors surface here, at the writer, not later).
+
+        The line reaches the file whole (unbuffered, so a crash right after keeps it) or not at all:
+        RecordWriteError when it cannot be serialised or written."""
         event = kind_model(run_id=self.run_id, seq=self._seq, t=fields.pop("t", None) or self.clock(), **fields)
-        self._file.write(event.model_dump_json() + "\n")
-        self._file.flush()
+        what = f"{self.path}: event {self._seq} ({getattr(event, 'kind', kind_model.__name__)})"
+        try:
+            line = (event.model_dump_json() + "\n").encode("utf-8")
+        except PydanticSerializationError as e:
+            raise RecordWriteError(f"{what}: cannot be written as JSON: {e}") from e
+        self._append(line, what)
         self._seq += 1
         return event
+
+    def _append(self, line: bytes, what: str) -> None:
+        if self._fd is None:
+            raise RecordWriteError(f"{what}: the record is closed")
+        start = os.fstat(self._fd).st_size
+        done = 0
+        try:
+            while done < len(line):  # os.write may write part of the line (a disk filling up)
+                done += os.write(self._fd, line[done:])
+        except OSError as e:
+            try:
+                os.ftruncate(self._fd, start)  # cut the partial line: the file stays valid JSON Lines
+                kept = "nothing of it was kept"
+            except OSError as cut:
+                kept = f"and cutting the {done} bytes written failed too ({cut}): the last line is partial"
+            raise RecordWriteError(f"{what}: writing {len(line)} bytes failed after {done}: {e}; {kept}") from e
 
     def store_blob(self, text: str | bytes, suffix: str = ".txt") -> tuple[str, str, int]:
         """Store a full tool output; returns (relative path, sha256, byte size). Identical outputs share a blob."""
@@ -214,8 +253,9 @@ class RecordWriter:
         return f"{self.blob_dir.name}/{digest}{suffix}", digest, len(data)
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def __enter__(self) -> RecordWriter:
         return self
