@@ -5,12 +5,18 @@ lets the chamber refuse tool calls before the extraction is frozen (409) whateve
 Contract: POST /sessions {claim_id} → {session_id}; POST /sessions/{id}/extraction {payload} → {sha256}
 (409 on a second freeze); GET /tools → [{name, description, input_schema}]; POST /sessions/{id}/tools/{name}
 with JSON arguments → the tool's result JSON, or {"error": {"code", "message"}} with a 4xx/5xx status.
+
+A service bound off loopback requires `Authorization: Bearer <token>` on every request (protocols/api/auth.py).
+The client sends the token it is given; a 401 is never a tool result the model sees, it is ChamberAuthError
+saying whether a token was missing or refused, so a run against such a service ends as an engine error.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping
 
 import httpx
 
@@ -26,6 +32,28 @@ class ChamberError(Exception):
         self.code = code
 
 
+class ChamberAuthError(ChamberError):
+    """The chamber service answered 401: it needs a bearer token and none was sent, or it refused the one sent."""
+
+
+TOKEN_ENV = "CHAMBERLAB_CHAMBER_TOKEN"
+"""The environment variable a client takes its bearer token from when no token file is given."""
+
+
+def chamber_token(token_file: Path | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The bearer token for the chamber service: the first line of `token_file`, else $CHAMBERLAB_CHAMBER_TOKEN,
+    else None (no token sent). An unreadable or empty file raises ChamberAuthError naming it."""
+    if token_file is not None:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ChamberAuthError(f"chamber token file {token_file}: cannot be read: {e}") from e
+        if not token:
+            raise ChamberAuthError(f"chamber token file {token_file}: expected a token, the file is empty")
+        return token
+    return environ.get(TOKEN_ENV, "").strip() or None
+
+
 @dataclass(frozen=True)
 class ChamberToolResult:
     ok: bool
@@ -34,10 +62,14 @@ class ChamberToolResult:
 
 
 class ChamberClient:
-    """A thin typed client; the httpx.Client (with its base_url and timeouts) is passed in."""
+    """A thin typed client; the httpx.Client (with its base_url and timeouts) is passed in, and `token`, when
+    given, goes with every request as `Authorization: Bearer <token>`."""
 
-    def __init__(self, http: httpx.Client) -> None:
+    def __init__(self, http: httpx.Client, *, token: str | None = None) -> None:
+        if token is not None and (not token.strip() or any(c in token for c in "\r\n")):
+            raise ChamberAuthError("chamber token: expected a non-empty single-line token")
         self._http = http
+        self._headers = {"Authorization": f"Bearer {token.strip()}"} if token is not None else {}
 
     @property
     def base_url(self) -> str:
@@ -45,9 +77,18 @@ class ChamberClient:
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            return self._http.request(method, path, **kwargs)
+            resp = self._http.request(method, path, headers=self._headers, **kwargs)
         except httpx.HTTPError as e:
             raise ChamberError(f"{method} {path}: {type(e).__name__}: {e}") from e
+        if resp.status_code == 401:
+            _code, message = self._error_of(resp)
+            if self._headers:
+                why = "refused the bearer token sent (wrong or expired token)"
+            else:
+                why = f"requires a bearer token and none was sent (give one, e.g. in ${TOKEN_ENV})"
+            raise ChamberAuthError(f"{method} {path} → HTTP 401: the chamber service at {self.base_url} {why}; "
+                                   f"it said: {message}", status=401, code="unauthorized")
+        return resp
 
     @staticmethod
     def _error_of(resp: httpx.Response) -> tuple[str | None, str]:
@@ -91,7 +132,7 @@ class ChamberClient:
 
     def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> ChamberToolResult:
         """Call one chamber tool. A refusal (4xx/5xx with an error object) is a result, not an exception: the
-        model sees it; only transport failures raise."""
+        model sees it; only transport failures and a 401 (ChamberAuthError: not the model's doing) raise."""
         resp = self._request("POST", f"/sessions/{session_id}/tools/{name}", json=arguments)
         try:
             body = resp.json()
