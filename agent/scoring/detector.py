@@ -12,8 +12,9 @@ fidelity-passing cells (engine errors are loud failures and never flagged) the r
 Chamber-phase calls and submit calls never satisfy R1 or R2 (a fidelity answer reached with chamber calls only is
 still a bypass). The cascade is exclusive like the paper's: a cell is charged to the first rule it fails
 (`flags`), while `checks` keeps every rule's own result so nothing is hidden. A rule that cannot be evaluated
-(no per-call detail, no quotation, no datasheet) says "not_evaluated" with the reason — it is never counted as
-passing silently.
+(no per-call detail, no quotation, no datasheet, a datasheet that cannot be read) says "not_evaluated" with the
+reason — it is never counted as passing silently, and never as firing: a document the searcher cannot open locates
+nothing, which is no evidence that the quotation is not in it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ class Grounding:
         return {"located": self.located, "how": self.how, "pages": self.pages, "quote": self.quote[:300]}
 
 
-SearchFn = Callable[[str], list[dict[str, Any]]]
+class DatasheetUnreadable(RuntimeError):
+    """The intended datasheet cannot be opened or searched, so a quotation cannot be checked against it."""
+
+
+SearchFn = Callable[[str], list[dict[str, Any]]]  # [] = no hits; DatasheetUnreadable = could not search
 _SPLIT = re.compile(r"\s*(?:\.\.\.|…|;|\n|\s\|\s|\[[^\]]*\])\s*")
 
 
@@ -92,6 +97,13 @@ def ground_quotation(quote: str, search: SearchFn, tokens: TokenFn | None = None
     quote = (quote or "").strip()
     if not quote:
         return Grounding(None, "no quotation submitted")
+    try:
+        return _locate(quote, search, tokens)
+    except DatasheetUnreadable as e:
+        return Grounding(None, f"not checked: {e}", [], quote)
+
+
+def _locate(quote: str, search: SearchFn, tokens: TokenFn | None) -> Grounding:
     hits = search(quote)
     if hits:
         return Grounding(True, "whole", sorted({int(h["page"]) for h in hits}), quote)
@@ -121,37 +133,46 @@ class DatasheetSearcher:
         self._sessions: dict[Path, Any] = {}
         self._page_tokens: dict[Path, dict[int, list[str]]] = {}
 
-    def search_fn(self, pdf: Path) -> SearchFn:
-        from agent.datasheet import DatasheetSession
+    def _session(self, pdf: Path) -> Any:
+        """The open session on `pdf`; DatasheetUnreadable when the document could not be read."""
+        from agent.datasheet import DatasheetSession, DatasheetToolError
 
         pdf = Path(pdf)
         if pdf not in self._sessions:
             self._sessions[pdf] = DatasheetSession(pdf)
         session = self._sessions[pdf]
+        try:
+            _ = session.loaded  # the open error, if the document could not be read
+        except DatasheetToolError as e:
+            raise DatasheetUnreadable(f"datasheet {pdf} cannot be read ({type(e).__name__}: {e})") from e
+        return session
+
+    def search_fn(self, pdf: Path) -> SearchFn:
+        """The datasheet tools' own search on `pdf`. An unusable query (empty, too odd) has no hits; a document
+        that cannot be read, or a search that breaks, raises DatasheetUnreadable (the rule is then not evaluated)."""
+        from agent.datasheet import DatasheetToolError
 
         def search(query: str) -> list[dict[str, Any]]:
+            session = self._session(pdf)
             try:
                 return session.search(query[:2000], None, 5)
-            except Exception as e:  # an unusable query is "not located", never a crash of the scorer
-                log.debug("search failed for %r: %s", query[:80], e)
+            except DatasheetToolError as e:  # the query's problem (EmptyQuery, InvalidArgument): not located
+                log.debug("search refused %r: %s", query[:80], e)
                 return []
+            except Exception as e:  # the searcher's own failure is not evidence about the quotation
+                raise DatasheetUnreadable(f"searching {pdf} failed: {type(e).__name__}: {e}") from e
 
         return search
 
     def tokens_fn(self, pdf: Path) -> TokenFn:
         """Pages on which all of a quote's tokens occur within one passage, over the search index's folded text."""
-        self.search_fn(pdf)
-        session = self._sessions[Path(pdf)]
         cache = self._page_tokens.setdefault(Path(pdf), {})
 
         def pages_with(quote: str) -> list[int]:
             q = quote_tokens(quote)
             if len(q) < 2:
                 return []
-            try:
-                index = session.loaded.index
-            except Exception:  # noqa: BLE001 - an unreadable document locates nothing
-                return []
+            index = self._session(pdf).loaded.index  # DatasheetUnreadable: not evaluated, never "not found"
             found = []
             for pi in index.pages:
                 if pi.number not in cache:
