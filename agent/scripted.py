@@ -26,6 +26,7 @@ from agent.reader_text import fold as _fold
 from agent.reader_text import to_float as _to_float  # noqa: F401 - kept importable for the tests
 from agent.reader_text import tokens as _tokens
 from agent.reader_text import unit_key as _unit_key
+from agent.reader_sheets import sheet_readings
 from agent.prompt import SUBMIT_CHAMBER_OUTCOME, SUBMIT_EXTRACTION
 
 
@@ -486,10 +487,29 @@ def _continues_label(cell: str) -> bool:
     return bool(re.match(r"[a-z]", c)) or (" " not in c and "=" in c)
 
 
+def symbol_runs(table: _Table, cols: dict[str, int]) -> tuple[list[int], list[str]]:
+    """For each row, the first row of its run and the run's name. A run is the adjacent rows that print the same
+    symbol: one parameter whose name wraps over its sub-rows ("Potentiometer" / "Integral Non-linearity", both
+    INL). Without a symbol column, or with an empty symbol, a row is a run of its own, named by its label."""
+    sym = next((j for j, c in enumerate(table.header) if re.sub(r"[\s.]+$", "", c.lower()) in ("sym", "symbol")),
+               None)
+    starts: list[int] = []
+    for i, row in enumerate(table.rows):
+        same = sym is not None and i > 0 and bool(_cell(row, sym)) and _cell(row, sym) == _cell(table.rows[i - 1], sym)
+        starts.append(starts[-1] if same else i)
+    names: dict[int, list[str]] = {}
+    for i, start in enumerate(starts):  # the run's label, then the first cells of its other rows
+        cell = _label(table.rows[i], cols) if i == start else (table.rows[i][0] if table.rows[i] else "")
+        names.setdefault(start, []).append(cell)
+    return starts, [" ".join(c for c in names[start] if c) for start in starts]
+
+
 def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], head: set[str],
-                   unit: str) -> list[Reading]:
+                   unit: str, printed_units: frozenset[str] = frozenset()) -> list[Reading]:
     """Readings from the rows of `table` that belong to the parameter named by `phrase`: rows whose name holds
-    every word of the phrase (else rows holding it anywhere), their group of sub-rows, one reading per sub-row."""
+    every word of the phrase (else rows holding it anywhere), their group of sub-rows, one reading per sub-row.
+    A figure printed in a unit that is not a conversion of `unit` is read only if its unit is one of
+    `printed_units` (words the parameter itself uses, such as "taps"); its reading keeps the printed unit."""
     cols = _columns(table)
     if not set(_VALUE_COLUMNS) & set(cols):
         return []
@@ -497,7 +517,8 @@ def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], 
     if not want:
         return []
     rows = table.rows
-    by_label = [i for i, r in enumerate(rows) if want <= _tokens(_label(r, cols))]
+    starts, run_names = symbol_runs(table, cols)
+    by_label = sorted({starts[i] for i in range(len(rows)) if want <= _tokens(run_names[i])})
     key = _fold(phrase).lower()  # elsewhere in a row, only the phrase as printed counts (not its words apart)
     anchors = by_label or [i for i, r in enumerate(rows) if key in _fold(" ".join(r)).lower()]
     caption_tokens = _tokens(table.caption)
@@ -507,9 +528,12 @@ def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], 
         group: list[int] = []
         for i in range(anchor, len(rows)):
             first = rows[i][0] if rows[i] else ""
-            prev_valueless = bool(group) and not _values(rows[group[-1]], cols)
-            if (i == anchor or not first or want <= _tokens(first) or first in labels or prev_valueless
-                    or not _values(rows[i], cols) or _continues_label(first)):
+            # A row after a valueless one carries on its name, unless that row was a whole parameter (it prints a
+            # unit: "Extinction Ratio | % | Up to 7,500:1" is not the first line of "Polarizing efficiency").
+            prev_valueless = (bool(group) and not _values(rows[group[-1]], cols)
+                              and not _cell(rows[group[-1]], cols.get("unit")))
+            if (i == anchor or starts[i] == anchor or not first or want <= _tokens(first) or first in labels
+                    or prev_valueless or not _values(rows[i], cols) or _continues_label(first)):
                 group.append(i)
                 if first:
                     labels.add(first)
@@ -525,19 +549,22 @@ def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], 
                     if _cell(r, cols.get("unit")):
                         row_unit = _cell(r, cols.get("unit"))
                         break
-            factor = unit_factor(row_unit, unit)
+            factor, read_unit = unit_factor(row_unit, unit), unit
+            if factor is None and _fold(row_unit).lower() in printed_units:
+                factor, read_unit = 1.0, row_unit  # not convertible: reported in the unit the page prints
             if factor is None:
                 continue
             got = _values(rows[i], cols)
-            r = Reading(page=page, quote=" ".join(" ".join(c for c in row if c) for row in context_rows), unit=unit)
+            r = Reading(page=page, quote=" ".join(" ".join(c for c in row if c) for row in context_rows),
+                        unit=read_unit)
             spans = [v for kind, v in got.values() if kind == "span"]
             sym = next((v for kind, v in got.values() if kind == "sym"), None)
             if spans:
                 r.low, r.high = spans[0][0] * factor, spans[0][1] * factor
-            elif sym is not None:
+            elif sym is not None and not ("min" in got and "max" in got):
                 r.low, r.high = -sym * factor, sym * factor
-            else:
-                if "typ" in got:
+            else:  # a Typ. printed as ±x between a Min. and a Max. is a typical spread, not a figure of its own
+                if "typ" in got and got["typ"][0] == "num":
                     r.value = got["typ"][1] * factor
                 if "min" in got:
                     r.low = got["min"][1] * factor
@@ -545,8 +572,12 @@ def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], 
                     r.high = got.get("max", got.get("rating"))[1] * factor
             if r.value is None and r.low is None and r.high is None:
                 continue
-            context = _tokens(" ".join(" ".join(row) for row in context_rows)) | caption_tokens
-            named = _tokens(_label(rows[i], cols) + " " + _label(rows[anchor], cols))
+            if starts.count(starts[i]) > 1:  # a wrapped name is the run's, shared by its rows: it decides nothing
+                context = (_tokens(" ".join(" ".join(row[1:]) for row in context_rows)) | _tokens(run_names[i])
+                           | caption_tokens)
+            else:
+                context = _tokens(" ".join(" ".join(row) for row in context_rows)) | caption_tokens
+            named = _tokens(run_names[i] + " " + run_names[anchor])
             matched = qualifiers & context  # a number in a condition (3.3 V, 525 nm) decides between sub-rows
             r.score = (10 + 2 * len(head & (context | named)) + (2 if by_label else 0)
                        + sum(3 if re.match(r"\d", t) else 1 for t in matched)
@@ -565,8 +596,8 @@ def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], 
                     r.conditions["test conditions"] = cond
             if table.caption:
                 r.conditions["table"] = table.caption[:200]
-            if i not in found or found[i].score < r.score:
-                found[i] = r
+            if i not in found or found[i].score < r.score or (found[i].score == r.score and i == anchor):
+                found[i] = r  # on a tie, the row read as its own anchor (its quotation needs no other row's name)
     return [found[i] for i in sorted(found)]
 
 
@@ -686,6 +717,15 @@ def quote_candidates(reading: Reading, lines: list[str]) -> list[str]:
     return [q for q in out if q and not (q in seen or seen.add(q))]
 
 
+def _readings_in(table: _Table, page: int, phrase: str, qualifiers: set[str], head: set[str], unit: str,
+                 parameter: str) -> list[Reading]:
+    """A Min/Typ/Max (or Rating) table's readings; a table without such columns is read as a specification sheet
+    of labels and values. A figure in a unit the parameter names (and `unit` is not a conversion of) is kept too."""
+    if set(_VALUE_COLUMNS) & set(_columns(table)):
+        return table_readings(table, page, phrase, qualifiers, head, unit, frozenset(_tokens(parameter)))
+    return sheet_readings(table, page, phrase, qualifiers, head, unit, parameter)
+
+
 def _reader_script(conv: Conversation) -> Script:
     parameter = conv.task.get("parameter", "")
     unit = conv.task.get("unit", "")
@@ -694,6 +734,7 @@ def _reader_script(conv: Conversation) -> Script:
     phrases, qualifiers, head = search_phrases(parameter)
     tables_seen: dict[int, list[_Table]] = {}
     best: Reading | None = None
+    printed: list[Reading] = []  # figures found only in a unit the parameter names, not in the unit asked for
     # Multi-word phrases first; then the sections whose titles echo the parameter; then single words.
     steps: list[str | None] = [p for p in phrases if " " in p] + [None] + [p for p in phrases if " " not in p]
     for phrase in steps[:14]:
@@ -708,7 +749,7 @@ def _reader_script(conv: Conversation) -> Script:
                     tables_seen[page] = [] if md_error else markdown_tables(md)
                 for word in words:
                     for table in tables_seen[page]:
-                        candidates += table_readings(table, page, word, qualifiers, head, unit)
+                        candidates += _readings_in(table, page, word, qualifiers, head, unit, parameter)
         else:
             result, is_error = yield ("search_text", {"query": phrase})
             calls += 1
@@ -721,13 +762,17 @@ def _reader_script(conv: Conversation) -> Script:
                     calls += 1
                     tables_seen[page] = [] if md_error else markdown_tables(md)
                 for table in tables_seen.get(page, []):
-                    candidates += table_readings(table, page, phrase, qualifiers, head, unit)
+                    candidates += _readings_in(table, page, phrase, qualifiers, head, unit, parameter)
             for page, snippet in hits:  # running text counts only where the phrase itself is printed
                 if _fold(phrase).lower() in _fold(snippet).lower():
                     candidates += prose_readings(snippet, page, unit, parameter, phrase)
+        printed += [r for r in candidates if r.unit != unit]
+        candidates = [r for r in candidates if r.unit == unit]
         if candidates:
             best = max(candidates, key=lambda r: r.score)  # ties: the first (earliest page, table before prose)
             break
+    if best is None and printed:  # e.g. "257 Taps" asked in LSb: report the figure as printed, and say so
+        best = max(printed, key=lambda r: r.score)
     if best is None:
         return  # nothing read, nothing submitted: the turn ends without an invented figure
     # Quote the figure as the page prints it, and check with the document's own search that it is there.
@@ -740,9 +785,11 @@ def _reader_script(conv: Conversation) -> Script:
             quote = attempt
             break
     payload: dict[str, Any] = {k: getattr(best, k) for k in ("value", "low", "high") if getattr(best, k) is not None}
-    payload.update(unit=unit, page=best.page, quote=quote[:400])
+    payload.update(unit=best.unit, page=best.page, quote=quote[:400])
     if best.conditions:
         payload["conditions"] = best.conditions
+    if best.unit != unit:
+        payload["notes"] = f"printed in {best.unit}; {unit} is not a conversion of it, so the figure is as printed"
     yield (SUBMIT_EXTRACTION, payload)
 
 
