@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chamber.errors import InvalidSetting
-from chamber.limits import OperatorLimits
+from chamber.limits import OperatorLimits, check_controller
 from firmware_bridge.setting_rules import SettingRefused, encode_setting
 from firmware_bridge.variables import Kind, Layout, Variable
 
@@ -44,3 +44,8 @@ class VariableCatalogue:
             if limit is not None and not limit.accepts(number):
                 raise InvalidSetting(name, value, f"{limit.describe()} (operator limits)")
         return number
+
+    def check_measurable(self, state: dict[str, float]) -> None:
+        """Refuse a measurement the pressure controller could spend driving a fan beyond its operator limit
+        (ControllerUnbounded, naming the fans to pin); `state` is what the host has set since the last reset."""
+        check_controller(self.layout, self.limits, state)

@@ -138,6 +138,54 @@ class OperatorLimits(BaseModel):
                 raise LimitsError(f"the safe state sets {name}={value:g}, outside its own limit {limit.describe()}")
 
 
+CONTROLLED_FANS = ("load_in", "load_out")
+"""What the pressure-control configuration's PID drives: a fan the host has not set explicitly (an explicit load
+overrides the PID for that fan, on the board as in the simulator)."""
+
+CONTROLLER_REACH = (0.0, 1.0)
+"""The loads the PID can drive a fan to: its output saturates at +-1 (intake up to 1 for a positive output, exhaust
+up to 1 for a negative one, the other fan at 0.01 or 0). Any nonzero gain reaches a bound under a large or lasting
+error (the integral term grows without limit), so no choice of gains or target keeps a fan below 1."""
+
+
+class ControllerUnbounded(LimitsError):
+    """The pressure controller could drive a fan outside its operator limit: pin that fan first."""
+
+    def __init__(self, fans: dict[str, "VariableLimit"]):
+        self.fans = dict(fans)
+        listed = ", ".join(f"{name} (limit {rule.describe()})" for name, rule in fans.items())
+        super().__init__(
+            f"the pressure controller drives every fan the host has not set, anywhere in "
+            f"{CONTROLLER_REACH[0]:g}..{CONTROLLER_REACH[1]:g} (its output saturates at +-1 whatever the gains), "
+            f"beyond the operator limits of {listed}; set {' and '.join(fans)} explicitly within the limits "
+            "(that overrides the controller for the fan) before measuring; nothing was measured")
+
+
+def controller_overreach(layout: Layout, limits: "OperatorLimits | None") -> dict[str, VariableLimit]:
+    """The fans whose operator limit is narrower than what the pressure controller may drive ({} outside the
+    pressure-control configuration, or when the limits allow the controller's whole reach)."""
+    if limits is None or layout.config != "pressure-control":
+        return {}
+    low, high = CONTROLLER_REACH
+    out = {}
+    for fan in CONTROLLED_FANS:
+        rule = limits.for_variable(fan)
+        if rule is None:
+            continue
+        covers = rule.allowed is None and (rule.min is None or rule.min <= low) and (rule.max is None or rule.max >= high)
+        if not covers:
+            out[fan] = rule
+    return out
+
+
+def check_controller(layout: Layout, limits: "OperatorLimits | None", state: dict[str, float]) -> None:
+    """ControllerUnbounded when a fan the controller would drive (not in `state`, the inputs the host set) could
+    leave its operator limit. Called before every measurement: the PID only runs while the board measures."""
+    loose = {fan: rule for fan, rule in controller_overreach(layout, limits).items() if fan not in state}
+    if loose:
+        raise ControllerUnbounded(loose)
+
+
 def parse_limits(data: Any, source: str = "limits") -> OperatorLimits:
     try:
         return OperatorLimits.model_validate(data)

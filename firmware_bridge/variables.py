@@ -138,13 +138,19 @@ _WIND_TUNNEL_STANDARD = (
 )
 
 _WIND_TUNNEL_PRESSURE_CONTROL = _WIND_TUNNEL_STANDARD + (
-    Variable("input", A, "Pa", description="pressure-control target for pressure_downwind"),
+    # The controller's set-point and gains (chamber-facts.md: error = P_dw - target, Kp -0.5, Kd -0.1, Ki -1e-3).
+    # Ranges: the target within the DPS310's 300-1200 hPa (a target it cannot read only saturates the output);
+    # every gain <= 0 (error = P_dw - target, so a positive gain is positive feedback that runs a fan to full
+    # load) and at most ten times the firmware's own constant. The output still saturates at +-1 (either fan up
+    # to load 1) whatever the gains: chamber.limits.controller_overreach bounds what the controller may drive.
+    Variable("input", A, "Pa", low=30000.0, high=120000.0,
+             description="pressure-control target for pressure_downwind (the DPS310 range, 300-1200 hPa)"),
     Variable("error", S, "Pa", description="PID error"),
     Variable("delta_error", S, "Pa", description="PID error derivative term input"),
     Variable("sum_error", S, "Pa", description="PID integral term input"),
-    Variable("gain_p", A, "", description="PID proportional gain"),
-    Variable("gain_i", A, "", description="PID integral gain"),
-    Variable("gain_d", A, "", description="PID derivative gain"),
+    Variable("gain_p", A, "", low=-5.0, high=0.0, description="PID proportional gain (firmware -0.5; per Pa)"),
+    Variable("gain_i", A, "", low=-0.01, high=0.0, description="PID integral gain (firmware -1e-3; per Pa and row)"),
+    Variable("gain_d", A, "", low=-1.0, high=0.0, description="PID derivative gain (firmware -0.1; per Pa)"),
     Variable("output", S, "duty", description="PID output load"),
 )
 
