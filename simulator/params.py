@@ -87,6 +87,15 @@ class WindTunnelParams(_Strict):
     fan_inertia_kg_m2: float = Field(3.481e-5, description="authors: model A2 I (tutorial_ModelsAB.py)")
     fan_drag_k: float = Field(5.2687e-8, description="authors: model A2 K (tutorial_ModelsAB.py)")
     fan_stall_rpm: float = Field(60.0, ge=0, description="below this an unpowered fan is taken as stopped (assumed)")
+    fan_friction_torque_nm: float = Field(
+        2e-4,
+        ge=0,
+        description="assumed: the bearing's dry friction, which stops an unpowered fan (A2 has drag K ω² only, "
+        "under which a fan at 0 % duty never stops: 3000 rpm → 60 rpm takes ~100 s). 0.2 mN·m is 4 % of A2's drag "
+        "at full speed (K·(314 rad/s)² = 5.2 mN·m), so the fitted high-speed dynamics are unchanged, and stops a fan "
+        "from full speed in ~15 s, from 300 rpm in ~5 s. Driven speeds are unchanged (the drive overcomes it). "
+        "authors: 0",
+    )
     rpm_noise_rpm: float = Field(5.0, ge=0, description="tachometer jitter, Gaussian SD (assumed; not published)")
     tach_rpm_per_model_rpm: float = Field(
         2870.0 / 3000.0,

@@ -12,8 +12,11 @@ departure off, giving the authors' models exactly.
 Modelling choices, stated so they can be checked:
 - Fan speed: A1 gives the steady state ω∞(L); A2's equation dω/dt = a − Kω²/I is solved in closed form with a
   chosen so that its steady state is A1's (A2's own torque law would give ω∞ ∝ L^1.5, contradicting A1). An
-  unpowered fan decays as ω0/(1 + Kω0t/I) and is stopped below `fan_stall_rpm` (assumed). This *driven* speed
-  sets the pressures (C3 was fitted on loads through A1).
+  unpowered fan (0 % duty) coasts under A2's drag plus an assumed bearing friction (`fan_friction_torque_nm`;
+  drag alone never stops it: ω0/(1 + Kω0t/I)) and is stopped below `fan_stall_rpm` (assumed): from full speed in
+  ~15 s. Below L_min (10 %) a powered fan holds A1's L_min·ω_max, as the Noctua white paper (p7) says of most
+  of its PWM fans (they run below 20 % duty and stop at 0 %). This *driven* speed sets the pressures (C3 was
+  fitted on loads through A1).
 - Cross-effects (authors' ground-truth graph; real figures in params): each fan also turns by `windmill_rpm`,
   the air the other fan drives through it (an idle exhaust reads ~1300 rpm at full intake), less with the hatch
   open; that unloads its motor, so its current drops by `current_windmill_a`·(windmill/ω_max).
@@ -203,8 +206,7 @@ class WindTunnelModel:
         w0 = self._omega[fan]
         w_ss = self.steady_rpm(load) * RAD_PER_RPM
         if w_ss <= 0.0:
-            w = w0 / (1.0 + b * w0 * times)
-            w = np.where(w < p.fan_stall_rpm * RAD_PER_RPM, 0.0, w)
+            w = self._coast_down(w0, times)
         elif abs(w0 - w_ss) < 1e-12 * w_ss:
             w = np.full_like(times, w_ss)
         else:
@@ -216,6 +218,21 @@ class WindTunnelModel:
         if len(w):
             self._omega[fan] = float(w[-1])
         return w
+
+    def _coast_down(self, w0: float, times: np.ndarray) -> np.ndarray:
+        """An unpowered fan, dω/dt = −f − bω² (f = bearing friction / I, b = K/I), in closed form; 0 once stopped.
+
+        With friction, ω = s·tan(atan(ω0/s) − b·s·t), s = √(f/b): it stops at t = atan(ω0/s)/(b·s). Without (the
+        authors' A2), ω0/(1 + b·ω0·t), taken as stopped below `fan_stall_rpm`."""
+        p = self.p
+        b = p.fan_drag_k / p.fan_inertia_kg_m2
+        f = p.fan_friction_torque_nm / p.fan_inertia_kg_m2
+        if f > 0.0:
+            s = math.sqrt(f / b)
+            w = s * np.tan(np.clip(math.atan(w0 / s) - b * s * times, 0.0, None))
+        else:
+            w = w0 / (1.0 + b * w0 * times)
+        return np.where(w < p.fan_stall_rpm * RAD_PER_RPM, 0.0, w)
 
     def windmill_rpm(self, own_rpm: np.ndarray, other_rpm: np.ndarray, hatch_deg: float) -> np.ndarray:
         """Speed (model rpm) that the other fan's air adds to a fan: g·ω_other·(1 − ω_own/ω_max)·h(H).
