@@ -75,7 +75,7 @@ def test_no_request_sequence_sends_an_out_of_limit_set(spied_chamber, claims, tm
     wt, sent = spied_chamber
     sent.clear()
     app = create_app({"wt": wt}, limits=LIMITS, record_dir=tmp_path_factory.mktemp("rec"), claims=claims)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         sid = client.post("/sessions", json={"claim_id": claim}).json()["session_id"]
         assert client.post(f"/sessions/{sid}/extraction", json={"payload": {"x": 1}}).status_code == 200
         for kind, body in sequence:

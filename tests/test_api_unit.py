@@ -24,6 +24,7 @@ from protocols.claims import load_claims
 
 CLAIM = "dps310-operating-range"
 TOKEN = "t0ken-for-tests-0123456789"
+LOOPBACK = "http://127.0.0.1"  # the tokenless server answers loopback hosts only (TestClient says "testserver")
 LIMITS = OperatorLimits(chamber="wt", variables={"load_in": {"max": 0.6}, "hatch": {"min": 0, "max": 20},
                                                   "osr_upwind": {"allowed": [1, 8]}})
 
@@ -63,7 +64,7 @@ def app(wt, tmp_path, claims, clock):
 
 @pytest.fixture
 def client(app):
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOOPBACK) as c:
         yield c
 
 
@@ -274,7 +275,7 @@ def test_run_protocol_returns_measurement_and_verdict(client):
 def test_run_protocol_refused_when_its_staging_breaks_the_limits(wt, tmp_path, claims):
     strict = OperatorLimits(variables={"osr_upwind": {"allowed": [1]}})  # the protocol stages OSR 8
     app = create_app({"wt": wt}, limits=strict, record_dir=tmp_path, claims=claims)
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOOPBACK) as c:
         sid = frozen_session(c)
         err = assert_error(tool(c, sid, "run_protocol", {"rows": 20}), 422, "setting_refused")
         assert "osr_upwind" in err["message"]
@@ -314,7 +315,7 @@ def test_tool_body_that_is_not_json_or_not_an_object(client):
 
 def test_oversized_body_is_413(wt, tmp_path, claims):
     app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, max_body_bytes=1000)
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOOPBACK) as c:
         sid = new_session(c)
         r = c.post(f"/sessions/{sid}/extraction", json={"payload": {"text": "x" * 2000}})
         assert_error(r, 413, "payload_too_large")
@@ -452,7 +453,7 @@ def test_parallel_calls_of_one_session_on_the_chamber_thread_are_served_in_turn(
             in_flight[0] -= 1
 
     wt.backend.measure = counting_measure
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOOPBACK) as c:
         sid = frozen_session(c)
         results: list[tuple[int, str]] = []
         lock = threading.Lock()
@@ -524,7 +525,7 @@ def test_record_files_stay_open_within_a_bound_and_reopen_to_append(tmp_path):
 # -------------------------------------------------------------------------------------------- auth
 def test_token_required_on_every_route(wt, tmp_path, claims):
     app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, token=TOKEN)
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOOPBACK) as c:
         for method, path in (("get", "/tools"), ("get", "/openapi.json"), ("post", "/sessions")):
             r = getattr(c, method)(path)
             assert_error(r, 401, "unauthorized")

@@ -3,7 +3,7 @@
 Modules, one job each: app (the FastAPI factory and request path), sessions (freeze and lifecycle), lease (one
 session at a time on the apparatus), guard (firmware allowed values and operator limits, on the server), tools
 (the six tools), record (per-session JSONL), auth (loopback or bearer token), schemas (the HTTP models), errors
-(the one error envelope), server (uvicorn in a thread or in front).
+(the one error envelope), server (uvicorn in a thread or in front), operator (recovering a halted board).
 """
 
 from .app import API_VERSION, ApiState, create_app

@@ -6,9 +6,11 @@ serves a real board, the in-process simulator or a test double, and nothing here
 on its own.
 
 Request path of a tool call `POST /sessions/{id}/tools/{name}` (the order is the contract):
-  auth (401) -> body cap (413) -> record the request -> session exists (404) -> not ended, extraction frozen
-  (409) -> arguments parse against the tool's model (422) -> lease (409 + Retry-After) -> the tool (SETs only
-  after the whole request passed the SettingGuard) -> record the response -> reply.
+  auth (401; without a token: Host/Origin loopback, 403) -> body cap (413) -> nesting depth (400) -> record the
+  request (503 if it cannot be written: nothing else happens) -> session exists (404) -> not ended, extraction
+  frozen (409) -> Content-Type application/json (415) -> arguments parse against the tool's model (422) -> lease
+  (409 + Retry-After) -> the tool (SETs only after the whole request passed the SettingGuard; measurements only
+  while the pressure controller cannot drive a fan past its limit) -> record the response -> reply.
 Arguments are validated after the freeze check on purpose: before the freeze every chamber tool answers 409,
 whatever was sent. The tool's schema is still documented in /openapi.json (and served at GET /tools).
 
@@ -22,7 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -34,15 +36,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.limits import OperatorLimits, as_limits
+from chamber.safe_state import DEFAULT_SAFE, SafeState
 from firmware_bridge.errors import BridgeError
 from protocols.claims import Claim, load_claims
 
-from .auth import BearerAuthMiddleware
+from .auth import BearerAuthMiddleware, LoopbackHostMiddleware
 from .errors import ApiError, error_body
-from .guard import SettingGuard
-from .lease import ChamberLease, LeaseBusy
+from .guard import GuardedChamber, SettingGuard
+from .lease import DEFAULT_MAX_HOLD_S, ChamberLease, LeaseBusy
 from .live import LiveChamber, LiveFeed, add_live_routes
-from .record import RecordMiddleware
+from .operator import add_operator_routes
+from .record import RecordFiles, RecordMiddleware, RecordUnavailable
 from .runner import MODES, ChamberRunner, mode_for
 from .schemas import (
     CreateSession,
@@ -55,7 +59,7 @@ from .schemas import (
     ToolSpecModel,
     jsonable,
 )
-from .sessions import Session, SessionStore
+from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_S, Session, SessionStore
 from .tools import TOOLS, TOOLS_BY_NAME, Tool, ToolEnvironment
 
 log = logging.getLogger(__name__)
@@ -77,6 +81,7 @@ class ApiState:
     env: ToolEnvironment
     runner: ChamberRunner
     live: LiveFeed
+    faults: dict[str, str] = field(default_factory=dict)  # chamber kind -> the last apparatus error seen on it
 
     def close(self) -> None:
         """Close the record files, end the live streams and stop the chamber thread (when the server stops)."""
@@ -131,6 +136,12 @@ def create_app(
     call_wait_s: float | None = None,
     new_session_id: Callable[[], str] | None = None,
     chamber_calls: str = "auto",
+    lease_max_hold_s: float = DEFAULT_MAX_HOLD_S,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    session_idle_s: float = DEFAULT_SESSION_IDLE_S,
+    allowed_hosts: tuple[str, ...] = (),
+    safe: SafeState | None = None,
+    record_files: RecordFiles | None = None,
 ) -> FastAPI:
     """Build the API over connected chambers {"wt": Chamber, "lt": Chamber} (either may be absent).
 
@@ -140,6 +151,11 @@ def create_app(
     `call_wait_s`: how long a session's second concurrent call waits for its first (default: the lease timeout).
     `chamber_calls`: where chamber work runs, "inline" on the event loop, "thread" (one dedicated worker thread)
     or "auto" (inline when every chamber is the in-process simulator; see runner.py).
+    `lease_max_hold_s`: the longest one session keeps the lease while another asks (lease.py). `max_sessions`,
+    `session_idle_s`: the cap on open sessions and when an idle one may be ended to make room (sessions.py).
+    `allowed_hosts`: names besides the loopback ones a tokenless server answers to (auth.py). `safe`: the state
+    POST /operator/recover applies (default: each limits file's `safe:` section, else fans off, LEDs off).
+    `record_files`: the pool of open record files (tests pass one whose writes fail).
     """
     if chamber_calls not in MODES:
         raise ValueError(f"chamber_calls must be one of {', '.join(MODES)}, got {chamber_calls!r}")
@@ -149,11 +165,13 @@ def create_app(
     chambers = {kind: LiveChamber(ch, kind, live) for kind, ch in chambers.items()}  # every SET and MSR is seen
     per_kind = _limits_by_kind(limits, kinds)
     guards = {kind: SettingGuard(ch.layout, [*per_kind[kind], getattr(ch, "limits", None)]) for kind, ch in chambers.items()}
+    chambers = {kind: GuardedChamber(ch, guards[kind]) for kind, ch in chambers.items()}  # the PID's reach too
     env = ToolEnvironment(chambers=dict(chambers), guards=guards, lease_timeout_s=float(lease_timeout_s))
     store_kwargs = {"new_id": new_session_id} if new_session_id is not None else {}
     store = SessionStore(claims if claims is not None else load_claims(), Path(record_dir), connected=kinds,
-                         wall_clock=wall_clock, **store_kwargs)
-    lease = ChamberLease(lease_timeout_s, clock=clock, wait_s=call_wait_s)
+                         wall_clock=wall_clock, max_sessions=max_sessions, idle_s=session_idle_s,
+                         record_files=record_files, **store_kwargs)
+    lease = ChamberLease(lease_timeout_s, clock=clock, wait_s=call_wait_s, max_hold_s=lease_max_hold_s)
     runner = ChamberRunner(mode)
     state = ApiState(store, lease, env, runner, live)
 
@@ -215,11 +233,15 @@ def create_app(
     @app.post("/sessions", response_model=SessionCreated, status_code=201, summary="start a session for one claim")
     def create_session(body: CreateSession) -> JSONResponse:
         session = store.create(body.claim_id)
-        live.record_claim(env.claim_parts(session)[0], chamber=session.chamber, activity="session started")
         created = SessionCreated(session_id=session.id, claim_id=session.claim.id, chamber=session.chamber,
                                  connected_chambers=kinds, lease_timeout_s=lease.timeout_s).model_dump()
-        session.record.write("request", method="POST", path="/sessions", query=None, body=body.model_dump())
-        session.record.write("response", method="POST", path="/sessions", status=201, body=created)
+        try:
+            session.record.write("request", method="POST", path="/sessions", query=None, body=body.model_dump())
+            session.record.write("response", method="POST", path="/sessions", status=201, body=created)
+        except RecordUnavailable as exc:  # a session without its record would act unrecorded: none is made
+            store.end(session, "record_unavailable")
+            raise _unrecorded(exc) from None
+        live.record_claim(env.claim_parts(session)[0], chamber=session.chamber, activity="session started")
         return JSONResponse(created, status_code=201)
 
     def _status(session: Session) -> dict[str, Any]:
@@ -254,9 +276,10 @@ def create_app(
         return JSONResponse({"session_id": session.id, "sha256": session.extraction_sha256, "payload": payload})
 
     # ------------------------------------------------------------------------------------------ tools
-    async def run_tool(session_id: str, tool: Tool, raw: bytes) -> JSONResponse:
+    async def run_tool(session_id: str, tool: Tool, raw: bytes, content_type: str | None) -> JSONResponse:
         session = store.get(session_id)
         store.require_chamber_phase(session, tool.name)
+        _require_json(tool, raw, content_type)
         args = _parse_arguments(tool, raw)
         if not tool.uses_chamber:  # submit_chamber_outcome: store, end, free the lease
             result = tool.run(env, session, args)
@@ -278,13 +301,16 @@ def create_app(
             result = await runner.run(tool.run, env, session, args)
         except ApiError:
             raise
+        except RecordUnavailable as exc:
+            raise _unrecorded(exc) from None
         except InvalidSetting as exc:
             raise ApiError("setting_refused", f"{tool.name}: {exc}") from None
         except APPARATUS_ERRORS as exc:
             log.warning("%s: apparatus error: %s", tool.name, exc)
+            state.faults[getattr(args, "chamber", None) or session.chamber or "?"] = f"{type(exc).__name__}: {exc}"
             raise ApiError("apparatus_error", f"{tool.name} failed on the apparatus ({type(exc).__name__}: {exc}); "
                                               "nothing partial was returned. Retry later; if it persists the "
-                                              "operator must reset the chamber.") from None
+                                              "operator must recover the chamber (POST /operator/recover).") from None
         except Exception as exc:
             log.exception("%s failed", tool.name)
             raise ApiError("internal_error", f"{tool.name} failed inside the server ({type(exc).__name__}); "
@@ -301,11 +327,42 @@ def create_app(
         store.get(session_id)
         raise ApiError("unknown_tool", f"no tool {name!r}; tools: {', '.join(TOOLS_BY_NAME)} (see GET /tools)")
 
+    add_operator_routes(app, state, _safe_by_kind(safe, limits, kinds), Path(record_dir), wall_clock)
+
     app.add_middleware(RecordMiddleware, lookup=lambda sid: (s.record if (s := store.lookup(sid)) else None),
                        max_body_bytes=max_body_bytes, clock=clock)
     if token is not None:
         app.add_middleware(BearerAuthMiddleware, token=token)
+    else:  # the tokenless loopback default: refuse DNS-rebound requests (auth.py)
+        app.add_middleware(LoopbackHostMiddleware, extra_hosts=tuple(allowed_hosts))
     return app
+
+
+def _unrecorded(exc: RecordUnavailable) -> ApiError:
+    return ApiError("record_unavailable", f"the server cannot record this call ({exc}); nothing reached the "
+                                          "chamber. Retry once the operator has freed space on the record folder.")
+
+
+def _safe_by_kind(safe: SafeState | None, limits: Any, kinds: list[str]) -> dict[str, dict[str, float]]:
+    """What recovery applies per chamber: `safe`, else the limits file's `safe:` section, else the default."""
+    if safe is not None:
+        return {kind: safe.for_chamber(kind) for kind in kinds}
+    per_kind = _limits_by_kind(limits, kinds)
+    out = {}
+    for kind in kinds:
+        named = next((lim.safe for lim in per_kind[kind] if lim.safe is not None), None)
+        out[kind] = dict(named) if named is not None else dict(DEFAULT_SAFE.get(kind, {}))
+    return out
+
+
+def _require_json(tool: Tool, raw: bytes, content_type: str | None) -> None:
+    """A tool body must be declared JSON (a cross-site form or text/plain post is not); an empty body needs none."""
+    if not raw.strip():
+        return
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError("unsupported_media_type", f"{tool.name}: the body must be sent with Content-Type: "
+                                                 f"application/json; it came as {content_type or '(none)'!r}")
 
 
 def _parse_arguments(tool: Tool, raw: bytes) -> Any:
@@ -326,12 +383,13 @@ def _parse_arguments(tool: Tool, raw: bytes) -> Any:
                        details=jsonable(errors[:8])) from None
 
 
-def _add_tool_route(app: FastAPI, tool: Tool, run_tool: Callable[[str, Tool, bytes], Awaitable[JSONResponse]]) -> None:
+def _add_tool_route(app: FastAPI, tool: Tool,
+                    run_tool: Callable[[str, Tool, bytes, str | None], Awaitable[JSONResponse]]) -> None:
     required = bool(tool.arguments.model_json_schema().get("required"))
 
     async def endpoint(session_id: str, request: Request) -> JSONResponse:
         raw = await request.body()
-        return await run_tool(session_id, tool, raw)
+        return await run_tool(session_id, tool, raw, request.headers.get("content-type"))
 
     app.add_api_route(
         f"/sessions/{{session_id}}/tools/{tool.name}",
@@ -342,7 +400,8 @@ def _add_tool_route(app: FastAPI, tool: Tool, run_tool: Callable[[str, Tool, byt
         description=tool.description,
         response_model=dict[str, Any],
         responses={409: {"model": ErrorResponse, "description": "extraction not frozen, session ended, or chamber busy"},
-                   422: {"model": ErrorResponse}, 404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
+                   415: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
+                   503: {"model": ErrorResponse}},
         openapi_extra={"requestBody": {"required": required, "content": {
             "application/json": {"schema": tool.spec()["input_schema"]}}}},
     )

@@ -5,6 +5,11 @@ opened (with or without limits), and an agent must never be able to reach an act
 range. `SettingGuard.check` validates a whole request before anything is applied and lists every refused entry
 (what was sent, what is allowed), so one refused value means nothing at all is sent. The protocol runner calls the
 same check before a protocol's SETs (which come from trusted code but must still respect the limits).
+
+A setting is not the only way to move an actuator: in the pressure-control configuration the board's PID drives
+every fan the host has not set, up to load 1 whatever the gains. `GuardedChamber` therefore refuses every
+measurement (the PID runs only while the board measures) while a fan the controller would drive could leave its
+operator limit (chamber.limits.check_controller), for a tool and for run_protocol alike.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from chamber.limits import ControllerUnbounded, check_controller
 from firmware_bridge.setting_rules import SettingRefused, encode_setting
 from firmware_bridge.variables import Kind, Layout, Variable
 
@@ -71,3 +77,27 @@ class SettingGuard:
                            details=[{k: v for k, v in p.items() if k != "code"} for p in problems])
         return {name: float(value) for name, value in settings.items()}
 
+    def check_measurable(self, state: Mapping[str, float]) -> None:
+        """ApiError `controller_unbounded` when the pressure controller could drive a fan beyond a limit."""
+        try:
+            for lim in self.limits:
+                check_controller(self.layout, lim, dict(state))
+        except ControllerUnbounded as exc:
+            raise ApiError("controller_unbounded", f"{self.layout.chamber}: {exc}",
+                           details=[{"variable": fan, "expected": f"set explicitly within {rule.describe()} "
+                                                                 "(operator limits)"}
+                                    for fan, rule in exc.fans.items()]) from None
+
+
+class GuardedChamber:
+    """A connected chamber whose measurements pass `SettingGuard.check_measurable` first; the rest is the chamber."""
+
+    def __init__(self, chamber: Any, guard: SettingGuard) -> None:
+        self._chamber, self._guard = chamber, guard
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._chamber, name)
+
+    def measure(self, n: int) -> Any:
+        self._guard.check_measurable(self._chamber.state())
+        return self._chamber.measure(n)

@@ -7,6 +7,10 @@ another's"):
 - It cannot be held forever: it lapses when its holder has been idle (no call in flight) for `timeout_s`
   (measured on the injected clock), when the holder submits its outcome, or on DELETE /sessions/{id}. A lapsed
   lease is taken by the next session that asks; the old holder is then refused like anyone else.
+- Nor can a holder that keeps calling keep it forever: once it has held the lease for `max_hold_s` and another
+  session has asked for it meanwhile, the lease lapses as soon as the holder's call in flight ends, and it is
+  reserved for the sessions that asked (the old holder is refused for one idle timeout, or until one of them has
+  taken it). Nobody waiting: the holder keeps it (a single agent is never interrupted for nothing).
 - Any other session asking while the lease is held gets `LeaseBusy` (HTTP 409 `chamber_busy`) with a
   Retry-After: the seconds until the idle timeout could lapse it (the timeout itself while a call is running).
 - Within the holder, calls are serialised: a second concurrent call of the same session waits (up to
@@ -25,11 +29,12 @@ cannot deadlock against a session holding one of them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 
 class LeaseBusy(Exception):
@@ -97,33 +102,72 @@ class AsyncFifoLock:
         self._locked = False
 
 
+DEFAULT_MAX_HOLD_S = 600.0
+"""The longest one session keeps the lease while another asks for it (a protocol run on the real chamber takes
+a few minutes, so ten minutes never cuts one short)."""
+
+
 class ChamberLease:
-    def __init__(self, timeout_s: float, *, clock: Callable[[], float] = time.monotonic, wait_s: float | None = None) -> None:
+    def __init__(self, timeout_s: float, *, clock: Callable[[], float] = time.monotonic, wait_s: float | None = None,
+                 max_hold_s: float = DEFAULT_MAX_HOLD_S) -> None:
         if not timeout_s > 0:
             raise ValueError(f"lease timeout must be > 0 s, got {timeout_s!r}")
+        if not max_hold_s > 0:
+            raise ValueError(f"lease max hold must be > 0 s, got {max_hold_s!r}")
         self.timeout_s = float(timeout_s)
+        self.max_hold_s = float(max_hold_s)
         self.wait_s = float(timeout_s if wait_s is None else wait_s)
         self._clock = clock
         self._call = AsyncFifoLock()  # held for the duration of one chamber call; waiters served in arrival order
         self._holder: str | None = None
         self._busy = False
         self._last_active = 0.0
+        self._held_since = 0.0
+        self._asked: dict[str, float] = {}  # session -> when it was last refused (it wants the lease)
+        self._excluded: tuple[str, float] | None = None  # a holder cut off by the max hold, and until when
 
     @property
     def holder(self) -> str | None:
         return self._holder if not self._lapsed() else None
 
+    def _waiting(self, besides: str | None) -> list[str]:
+        """Sessions other than `besides` refused within the last idle timeout (they still want the lease)."""
+        now = self._clock()
+        return [sid for sid, at in self._asked.items() if sid != besides and now - at < self.timeout_s]
+
+    def _over_hold(self) -> bool:
+        return self._clock() - self._held_since >= self.max_hold_s and bool(self._waiting(self._holder))
+
     def _lapsed(self) -> bool:
-        return self._holder is not None and not self._busy and self._clock() - self._last_active >= self.timeout_s
+        if self._holder is None or self._busy:
+            return False
+        return self._clock() - self._last_active >= self.timeout_s or self._over_hold()
 
     def _refuse_if_other(self, session_id: str) -> None:
-        """LeaseBusy when another session holds an unlapsed lease."""
-        if self._holder is None or self._holder == session_id or self._lapsed():
+        """LeaseBusy when another session holds an unlapsed lease, or when this session's hold ran out while
+        another session waited (the lease is then reserved for that one for one idle timeout)."""
+        now = self._clock()
+        if self._holder is not None and not self._busy and self._over_hold():
+            self._excluded = (self._holder, now + self.timeout_s)  # cut off; it lapses below
+        if self._holder is None or self._lapsed():
+            excluded = self._excluded
+            if excluded is not None and excluded[0] == session_id and now < excluded[1] and self._waiting(session_id):
+                retry = max(1, math.ceil(excluded[1] - now))
+                raise LeaseBusy(f"this session held the chamber for the maximum of {self.max_hold_s:g} s while "
+                                f"another session waited; the lease is reserved for it; retry after {retry} s", retry)
             return
-        retry = self.timeout_s if self._busy else self.timeout_s - (self._clock() - self._last_active)
+        if self._holder == session_id:
+            return
+        self._asked[session_id] = now
+        if self._busy:  # how long the call in flight runs is unknown: one idle timeout, as a guess
+            retry = max(1, math.ceil(self.timeout_s))
+        else:  # it lapses idle, or (this session now asking) once the holder's hold has run out
+            idle_left = self.timeout_s - (now - self._last_active)
+            hold_left = max(self.max_hold_s - (now - self._held_since), 0.0)
+            retry = max(1, math.ceil(min(idle_left, hold_left)))
         raise LeaseBusy(
-            f"the chamber is leased to another session (it lapses after {self.timeout_s:g} s without a call); "
-            f"retry after {max(1, math.ceil(retry))} s", max(1, math.ceil(retry)))
+            f"the chamber is leased to another session (it lapses after {self.timeout_s:g} s without a call, or "
+            f"once held {self.max_hold_s:g} s while others wait); retry after {retry} s", retry)
 
     async def begin(self, session_id: str) -> LeaseGrant:
         """Take (or keep) the lease for one call; raises LeaseBusy. Pair every successful begin with end()."""
@@ -139,6 +183,10 @@ class ChamberLease:
             raise
         previous = self._holder
         how = "held" if previous == session_id else ("taken_over" if previous is not None else "acquired")
+        if how != "held" or (self._excluded is not None and self._excluded[0] == session_id):
+            self._held_since = self._clock()  # a new hold (or a cut-off holder back with nobody waiting)
+            self._asked.pop(session_id, None)
+            self._excluded = None
         self._holder = session_id
         self._busy = True
         self._last_active = self._clock()
@@ -165,6 +213,16 @@ class ChamberLease:
                 self._holder = None
                 return True
             return False
+        finally:
+            self._call.release()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """The call slot for an operator action: waits for the call in flight, keeps every tool call out until
+        the block ends; who holds the lease does not change."""
+        await self._call.acquire()
+        try:
+            yield
         finally:
             self._call.release()
 

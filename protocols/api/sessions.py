@@ -5,6 +5,11 @@ they had submitted their extraction. Here the rule is a state of the session, ch
 chamber tool: until `freeze` stored the extraction (canonical JSON and its SHA-256), `require_chamber_phase`
 refuses with `extraction_not_frozen`; a second freeze is refused; the stored bytes never change. A submitted
 outcome (or DELETE) ends the session, and every later tool call is refused with `session_ended`.
+
+Why a cap on open sessions (issue 19: a client made 20,000 in 15 s and 88 MB of records): each session holds a
+record file and memory, so at `max_sessions` open sessions a new one is refused (429 `too_many_sessions`, naming
+the cap), after first ending every session idle for `idle_s` (no request: its client is gone), so an abandoned
+crowd never locks the service until a restart.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ from .errors import ApiError
 from protocols.canonical import canonical_json, sha256_hex
 
 from .record import RecordFiles, SessionRecord
+
+DEFAULT_MAX_SESSIONS = 1000
+"""Open sessions one server holds at most (the main job opens one per claim, 49, one at a time)."""
+DEFAULT_SESSION_IDLE_S = 3600.0
+"""A session without a request for this long may be ended to make room under the cap."""
 
 _COMPONENT_CHAMBER = {"DPS310": "wt", "A4988": "wt", "ACS70331": "wt", "Si115x": "lt"}
 """Where a component sits when its claim has no protocol naming a chamber (A4988: the wind tunnel's hatch)."""
@@ -56,6 +66,7 @@ class Session:
     outcome: dict[str, Any] | None = None
     ended_at: float | None = None
     end_reason: str | None = None
+    last_active: float = 0.0
     _extraction: bytes | None = field(default=None, repr=False)
 
     @property
@@ -81,7 +92,14 @@ class SessionStore:
 
     def __init__(self, claims: Mapping[str, Claim], record_dir: Path, *, connected: list[str],
                  wall_clock: Callable[[], float], new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-                 max_open_records: int = 64) -> None:
+                 max_open_records: int = 64, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 idle_s: float = DEFAULT_SESSION_IDLE_S, record_files: RecordFiles | None = None) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {max_sessions!r}")
+        if not idle_s > 0:
+            raise ValueError(f"the session idle time must be > 0 s, got {idle_s!r}")
+        self.max_sessions = int(max_sessions)
+        self.idle_s = float(idle_s)
         self._claims = claims
         self._record_dir = Path(record_dir)
         self._record_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +108,7 @@ class SessionStore:
         self._new_id = new_id
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
-        self._files = RecordFiles(max_open=max_open_records)
+        self._files = record_files if record_files is not None else RecordFiles(max_open=max_open_records)
 
     @property
     def record_dir(self) -> Path:
@@ -102,6 +120,7 @@ class SessionStore:
             known = ", ".join(sorted(self._claims))
             raise ApiError("unknown_claim", f"no claim with id {claim_id!r}; known claim ids: {known}")
         with self._lock:
+            self._make_room()
             session_id = self._new_id()
             if session_id in self._sessions:
                 raise RuntimeError(f"session id factory repeated {session_id!r}")
@@ -110,6 +129,7 @@ class SessionStore:
                 claim=claim,
                 chamber=preferred_chamber(claim, self._connected),
                 created_at=self._clock(),
+                last_active=self._clock(),
                 record=SessionRecord(self._record_dir / f"{session_id}.jsonl", self._clock, self._files),
             )
             self._sessions[session_id] = session
@@ -119,8 +139,28 @@ class SessionStore:
         """Close the open record files (every line is already with the OS; a later write reopens its file)."""
         self._files.close()
 
+    def _make_room(self) -> None:
+        """End sessions idle for `idle_s`; then TooManySessions if `max_sessions` are still open (lock held)."""
+        open_sessions = [x for x in self._sessions.values() if not x.ended]
+        if len(open_sessions) < self.max_sessions:
+            return
+        now = self._clock()
+        for x in open_sessions:
+            if now - x.last_active >= self.idle_s:
+                x.end_reason, x.ended_at = "expired", now
+        still = sum(1 for x in open_sessions if not x.ended)
+        if still >= self.max_sessions:
+            raise ApiError("too_many_sessions",
+                           f"this server holds {still} open sessions, its cap (max_sessions = {self.max_sessions}); "
+                           f"end one with DELETE /sessions/{{id}} or submit_chamber_outcome, or retry once an idle "
+                           f"session expires ({self.idle_s:g} s without a request)", headers={"Retry-After": "60"})
+
     def lookup(self, session_id: str) -> Session | None:
-        return self._sessions.get(session_id)
+        """The session (None if unknown); every request on its path counts as activity."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.last_active = self._clock()
+        return session
 
     def get(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
