@@ -1,64 +1,305 @@
 """Protocols for the Noctua NF-F12 industrialPPC-3000 PWM fans of the wind tunnel (intake and exhaust).
 
-- Max. rotational speed (3000 RPM, +/-10 %, datasheet p1): the fan under test at full PWM duty, the other fan
-  stopped, the hatch closed, after a settle long enough for the spin-up (the A2 dynamics reach full speed in
-  about 3 s); the mean of the chamber's own tachometer reading (rpm_in or rpm_out) over the rows. Budget: Type A
-  of the mean, and the tachometer's quantisation (rpm = 30e6/Δt with Δt in whole µs: at 3000 RPM one µs moves
-  the reading by about 0.3 RPM, entered as a resolution step).
-  What is not matched, and said so in every verdict: the datasheet's speed is at 12 V; the chamber does not
-  measure its fan supply (a condition marked non-decisive in the claim file: a ±5 % supply moves the speed by a
-  few percent against a ±10 % band, which is why the verdict can still be definitive, and why a result within a
-  few percent of a limit should be read with that in mind). The tachometer is the fan's own (2 pulses/rev),
-  not an independent reference.
+Why procedures that settle in seconds: what a fan does after a duty change is a matter of time (spin-up, coast
+down), not of rows, and the row rate is the board's (~7 rows/s on the real wind tunnel, as fast as the host asks
+on an unpaced emulated board). So each protocol SETs, then reads rows in short chunks until `settle_s` seconds
+have passed, timed by the chamber's row timestamps (`Frame.host_timestamps`, when the host read each row). A
+backend that stamps a whole read at once (the in-process simulator) would show no time passing, so the elapsed
+time is never taken below rows × `ROW_PERIOD_FLOOR_S`, the shortest time one wind-tunnel row can take on the real
+board; the simulator's own rows are longer (1/7 s), so the floor only ever under-states its time.
+
+- Max. rotational speed (3000 RPM, +/-10 %, datasheet p1): the fan under test at full PWM duty, the other
+  stopped, the hatch closed, `MAX_SPEED_SETTLE_S` after the SET; the mean of the fan's own tachometer reading
+  (rpm_in or rpm_out) over the run's rows. Budget: Type A of the mean, and the tachometer's quantisation (rpm =
+  30e6/Δt with Δt in whole µs: at 3000 RPM one µs moves the reading by about 0.3 RPM, a resolution step).
+- Below 20 % duty and at 0 % (Noctua PWM white paper p7: "most Noctua PWM fans can be operated at below 20% and
+  will stop at 0% duty-cycle"; the NF-F12 is not among the three models it names as holding their minimum speed):
+  the chamber cannot count tachometer pulses, only read the firmware's rpm, which it rewrites on every pulse and
+  otherwise holds (a stopped fan keeps reporting its last reading). So the measurand is the number of tachometer
+  updates — rows whose rpm differs from the row before — in a window of `WINDOW_S` seconds: at least one means
+  the rotor turned in the window; none means it made less than half a turn (2 pulses/rev), i.e. it turned slower
+  than 30/`WINDOW_S` RPM, if at all. The count is whole, entered with a resolution of one update.
+  - operation below 20 %: the fan at 0 % until at rest (as below), then at `LOW_DUTY` (10 %), the other stopped,
+    hatch closed, `LOW_DUTY_SETTLE_S` after the SET; starting from rest, any update is the 10 % drive's and not a
+    coast-down's. Claim: more than 0.5 updates (any update).
+  - stop at 0 %: first the fan at full duty for `RUNNING_CHECK_S`, which must show updates (a dead tachometer
+    would otherwise read as a stopped fan: that is an error, never a pass); then 0 %, the other stopped, and
+    `WINDOW_S` windows one after another until one shows no update or `STOP_TIMEOUT_S` have passed (the coast-down
+    takes what it takes). Claim: at most 0.5 updates (none) in the last window.
+
+What is not matched, and said so in every verdict: the datasheet's speed is at 12 V; the chamber does not measure
+its fan supply (marked non-decisive in the claim file: a ±5 % supply moves the speed by a few percent against a
+±10 % band, and does not decide whether a fan turns or stops). The tachometer is the fan's own (2 pulses/rev),
+not an independent reference.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from typing import Mapping
+
 import numpy as np
 
 from calibration.budget import UncertaintyBudget, resolution, type_a
-from protocols.declaration import Declaration, Evaluation, ProtocolOutcome, Step
+from protocols.claims import Claim
+from protocols.declaration import Declaration, ProtocolOutcome, Reader
 from protocols.measurement import Measurement
 
-SETTLE_ROWS = 40
-"""Rows discarded after the load change: the spin-up to full speed takes about 3 s, 40 rows are about 5.7 s."""
+log = logging.getLogger(__name__)
+
+ROW_PERIOD_FLOOR_S = 0.12
+"""Shortest time a wind-tunnel row takes on the real board: four DPS310 reads of 24 ms each plus five 5 ms ADC
+settles (~121 ms; the board runs at ~7 rows/s). Elapsed time is never taken below rows × this."""
+CHUNK_ROWS = 7
+"""Rows per read while settling or filling a window (about 1 s on the real board)."""
+MAX_SPEED_SETTLE_S = 8.0
+"""Spin-up to full speed. A2 (I = 3.481e-5 kg·m², K = 5.2687e-8): from rest, ω/ω_max = tanh(Kω_max·t/I), within
+0.5 % (15 RPM, a twentieth of the ±10 % band) after atanh(0.995)·I/(Kω_max) = 6.3 s; the firmware harness's fan
+(first-order, 0.7 s) after 3.7 s. 8 s covers both."""
+LOW_DUTY = 0.1
+"""10 % PWM duty: below the white paper's 20 % and at A1's L_min (the authors' model keeps such a fan at 300 RPM)."""
+LOW_DUTY_SETTLE_S = 10.0
+"""From rest to turning at 10 %: the first tachometer pulses come once the rotor passes the stall speed (simulator,
+A2 at 10 %: ω = 300 RPM·tanh(Kω∞t/I) passes 60 RPM after 4.3 s; harness 0.2 s). The step starts from rest, so
+any update after it is the 10 % drive's, not a coast-down's."""
+STOP_TIMEOUT_S = 60.0
+"""The longest wait for a fan at 0 % duty to show a window without updates. Coast-down from full speed: simulator
+(A2 drag plus its assumed bearing friction) ~15 s, harness (first-order, 0.7 s) ~2.7 s; A2's drag alone never
+stops it (still ~100 RPM after 60 s), which is why the simulator carries a friction term. A fan still turning
+after 60 s at 0 % is a fail of "will stop at 0% duty-cycle", the time being ours, not printed."""
+RUNNING_CHECK_S = 2.0
+"""The fan at full duty before the stop: a window long enough for many pulses (at 300 RPM, 10 per second)."""
+WINDOW_S = 5.0
+"""The counting window: no update in 5 s means less than half a turn, slower than 30/5 = 6 RPM."""
 TACH_STEP_RPM = 0.3
 """rpm = 30e6/Δt with Δt in whole µs: at 3000 RPM (Δt = 10000 µs) one µs is 0.3 RPM."""
+NOT_MEASURED = "the 12 V fan supply (the datasheet's condition) is not measured by the chamber"
+REFERENCE = "the fan's own tachometer (2 pulses/rev), not an independent speed reference"
 
 
-def _evaluate_speed(reading: str):
-    def evaluate(e: Evaluation) -> ProtocolOutcome:
-        rpm = np.asarray(e.readings[0].column(reading), dtype=float)
+class FanProtocolError(RuntimeError):
+    """A fan reading that cannot serve as evidence (unset readings, a reconnect mid-settle, a dead tachometer)."""
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Rows read after a staging, with the time they cover: `columns` of `reads`, `seconds` by the row timestamps
+    (never below rows × ROW_PERIOD_FLOOR_S), and how much of it came from the floor rather than the timestamps."""
+
+    columns: Mapping[str, np.ndarray]
+    rows: int
+    seconds: float
+    stamped_seconds: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"rows": self.rows, "seconds": round(self.seconds, 3), "stamped_seconds": round(self.stamped_seconds, 3)}
+
+
+def read_for(reader: Reader, seconds: float, reads: tuple[str, ...], *, at_least_rows: int = 2,
+             chunk_rows: int = CHUNK_ROWS) -> Timed:
+    """Read chunks until `seconds` have passed by the row timestamps (floored at rows × ROW_PERIOD_FLOOR_S) and at
+    least `at_least_rows` rows are in; ends after at most ⌈seconds/floor⌉ + at_least_rows + chunk_rows rows."""
+    chamber = reader.chamber("wt")
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in reads}
+    stamps: list[np.ndarray] = []
+    rows = 0
+    while True:
+        frame = chamber.measure(chunk_rows)
+        if getattr(frame, "reconnected", False):
+            raise FanProtocolError(f"the link was re-established while reading for {seconds} s: the time since the "
+                                   "SET and the fan's state are unknown")
+        stamps.append(np.asarray(frame.host_timestamps, dtype=float))
+        for n in reads:
+            parts[n].append(np.asarray(frame.column(n), dtype=float))
+        rows += len(frame)
+        t = np.concatenate(stamps)
+        stamped = float(t[-1] - t[0]) if t.size else 0.0
+        elapsed = max(stamped, rows * ROW_PERIOD_FLOOR_S)
+        if elapsed >= seconds and rows >= at_least_rows:
+            return Timed({n: np.concatenate(v) for n, v in parts.items()}, rows, elapsed, stamped)
+
+
+def settle(reader: Reader, settings: dict[str, float], seconds: float, label: str) -> Timed:
+    """SET (through the run's setting guard), then discard rows for `seconds` (see `read_for`)."""
+    reader.stage("wt", settings, 0, label)
+    reader.progress(f"wt: {label}: settle {seconds:g} s")
+    return read_for(reader, seconds, ("counter",), at_least_rows=1)
+
+
+def tach_updates(rpm: np.ndarray, reading: str) -> int:
+    """Rows whose reading differs from the row before: each is at least one tachometer pulse."""
+    if rpm.size < 2 or not np.all(np.isfinite(rpm)):
+        raise FanProtocolError(f"{reading}: expected at least 2 set tachometer readings, got {rpm.size} "
+                               f"({int(np.count_nonzero(~np.isfinite(rpm)))} unset)")
+    return int(np.count_nonzero(np.diff(rpm) != 0))
+
+
+def _matched(claim: Claim, variables: set[str]) -> list[str]:
+    return [c.name for c in claim.conditions if c.variable is not None and c.variable in variables]
+
+
+def _restore(reader: Reader, load: str) -> None:
+    try:
+        reader.stage("wt", {load: 0.0}, 0, f"{load} back to 0")
+    except Exception as exc:  # best effort: the verdict was measured; a broken link is the next call's problem
+        log.warning("turning %s off after the fan protocol failed: %s: %s", load, type(exc).__name__, exc)
+
+
+@dataclass(frozen=True)
+class Fan:
+    name: str  # "intake" / "exhaust"
+    load: str
+    other: str
+    reading: str
+
+    def staging(self, duty: float) -> dict[str, float]:
+        return {self.load: duty, self.other: 0.0, "hatch": 0.0}
+
+    @property
+    def variables(self) -> set[str]:
+        return {self.load, self.other, "hatch", self.reading}
+
+
+def _max_speed(fan: Fan):
+    def run(reader: Reader, claim: Claim) -> ProtocolOutcome:
+        try:
+            settled = settle(reader, fan.staging(1.0), MAX_SPEED_SETTLE_S,
+                             f"{fan.name} fan at full duty, {fan.other} stopped, hatch closed")
+            frame = reader.chamber("wt").measure(max(2, reader.rows))
+        finally:
+            _restore(reader, fan.load)
+        rpm = np.asarray(frame.column(fan.reading), dtype=float)
+        if getattr(frame, "reconnected", False):
+            raise FanProtocolError("the link was re-established before the speed was read")
         if rpm.size < 2 or not np.all(np.isfinite(rpm)):
-            raise ValueError(f"{reading}: expected at least 2 finite tachometer readings, got {rpm.size} "
-                             f"({int(np.count_nonzero(~np.isfinite(rpm)))} unset)")
+            raise FanProtocolError(f"{fan.reading}: expected at least 2 finite tachometer readings, got {rpm.size} "
+                                   f"({int(np.count_nonzero(~np.isfinite(rpm)))} unset)")
         budget = UncertaintyBudget(
-            quantity=f"mean {reading} at full PWM duty", unit="RPM",
-            components=(type_a(f"{reading} scatter (Type A of the mean)", rpm.tolist()),
+            quantity=f"mean {fan.reading} at full PWM duty", unit="RPM",
+            components=(type_a(f"{fan.reading} scatter (Type A of the mean)", rpm.tolist()),
                         resolution("tachometer quantisation (30e6/Δt, whole µs)", TACH_STEP_RPM)),
         )
         measurement = Measurement.from_budget(
-            float(rpm.mean()), budget, decimals=1, n=int(rpm.size), matched_conditions=list(e.matched),
-            details={"reading": reading, "min": float(rpm.min()), "max": float(rpm.max()),
-                     "not_measured": "the 12 V fan supply (the datasheet's condition) is not measured by the chamber",
-                     "reference": "the fan's own tachometer (2 pulses/rev), not an independent speed reference"},
+            float(rpm.mean()), budget, decimals=1, n=int(rpm.size), matched_conditions=_matched(claim, fan.variables),
+            details={"reading": fan.reading, "min": float(rpm.min()), "max": float(rpm.max()),
+                     "settle": {**settled.to_dict(), "asked_s": MAX_SPEED_SETTLE_S},
+                     "not_measured": NOT_MEASURED, "reference": REFERENCE},
         )
         return ProtocolOutcome(measurement=measurement)
 
-    return evaluate
+    return run
 
 
-def _max_speed(fan: str, load: str, other: str, reading: str) -> Declaration:
-    step = Step(f"{fan} fan at full duty, {other} stopped, hatch closed",
-                ((load, 1.0), (other, 0.0), ("hatch", 0.0)), (reading,), settle_rows=SETTLE_ROWS)
-    return Declaration(
-        key=f"nf_f12.max_speed_{fan}", chamber="wt", unit="RPM", steps=(step,), evaluate=_evaluate_speed(reading),
-        restore=((load, 0.0),),
-        description=f"The {fan} fan at full PWM duty (the other stopped): the mean of its tachometer reading.",
+def _updates_measurement(fan: Fan, claim: Claim, window: Timed, duty: float, details: dict) -> Measurement:
+    rpm = window.columns[fan.reading]
+    updates = tach_updates(rpm, fan.reading)
+    budget = UncertaintyBudget(
+        quantity=f"tachometer updates of {fan.reading} in {window.seconds:.1f} s at {duty:.0%} duty", unit="updates",
+        components=(resolution("whole updates (a count)", 1.0),),
+    )
+    return Measurement.from_budget(
+        updates, budget, decimals=1, n=window.rows, matched_conditions=_matched(claim, fan.variables),
+        details={"reading": fan.reading, "duty": duty, "window": {**window.to_dict(), "asked_s": WINDOW_S},
+                 "slowest_seen_rpm": round(30.0 / window.seconds, 2),
+                 "rpm_first": float(rpm[0]), "rpm_last": float(rpm[-1]), "distinct_readings": int(np.unique(rpm).size),
+                 "not_measured": NOT_MEASURED, "reference": REFERENCE,
+                 "counts": "rows whose rpm differs from the row before; the firmware holds its last rpm between "
+                           "pulses, so no update in the window means under half a turn in it", **details},
     )
 
 
-DECLARATIONS: tuple[Declaration, ...] = (
-    _max_speed("intake", "load_in", "load_out", "rpm_in"),
-    _max_speed("exhaust", "load_out", "load_in", "rpm_out"),
-)
+@dataclass(frozen=True)
+class Rest:
+    """The wait for a fan at 0 % duty to come to rest: the last window read, its updates, the time waited."""
+
+    window: Timed
+    updates: int
+    seconds: float
+    windows: int
+
+    def to_dict(self) -> dict:
+        return {"seconds": round(self.seconds, 3), "windows": self.windows, "last_window": self.window.to_dict(),
+                "last_window_updates": self.updates, "timeout_s": STOP_TIMEOUT_S}
+
+
+def wait_for_rest(reader: Reader, fan: Fan, label: str) -> Rest:
+    """0 % duty (the other fan stopped), then `WINDOW_S` windows one after another until one shows no update or
+    `STOP_TIMEOUT_S` have passed; returns the last window (with updates when the fan never came to rest)."""
+    reader.stage("wt", fan.staging(0.0), 0, label)
+    reader.progress(f"wt: {label}: wait up to {STOP_TIMEOUT_S:g} s for {WINDOW_S:g} s without a tachometer update")
+    waited, windows = 0.0, 0
+    while True:
+        window = read_for(reader, WINDOW_S, (fan.reading,))
+        updates = tach_updates(window.columns[fan.reading], fan.reading)
+        waited += window.seconds
+        windows += 1
+        if updates == 0 or waited >= STOP_TIMEOUT_S:
+            return Rest(window, updates, waited, windows)
+
+
+def _low_duty(fan: Fan):
+    def run(reader: Reader, claim: Claim) -> ProtocolOutcome:
+        try:
+            rest = wait_for_rest(reader, fan, f"{fan.name} fan at 0 % duty until at rest, {fan.other} stopped")
+            if rest.updates:
+                raise FanProtocolError(f"{fan.reading}: expected the fan at rest at 0 % duty before the {LOW_DUTY:.0%} "
+                                       f"step, got {rest.updates} updates in the last {rest.window.seconds:.1f} s after "
+                                       f"{rest.seconds:.1f} s: turning at {LOW_DUTY:.0%} could not be told from coasting")
+            settled = settle(reader, fan.staging(LOW_DUTY), LOW_DUTY_SETTLE_S,
+                             f"{fan.name} fan at {LOW_DUTY:.0%} duty from rest, {fan.other} stopped, hatch closed")
+            window = read_for(reader, WINDOW_S, (fan.reading,))
+        finally:
+            _restore(reader, fan.load)
+        return ProtocolOutcome(measurement=_updates_measurement(
+            fan, claim, window, LOW_DUTY,
+            {"settle": {**settled.to_dict(), "asked_s": LOW_DUTY_SETTLE_S}, "rest_before": rest.to_dict()}))
+
+    return run
+
+
+def _stop(fan: Fan):
+    def run(reader: Reader, claim: Claim) -> ProtocolOutcome:
+        try:
+            reader.stage("wt", fan.staging(1.0), 0, f"{fan.name} fan at full duty (it must turn before the stop)")
+            running = read_for(reader, RUNNING_CHECK_S, (fan.reading,))
+            before = tach_updates(running.columns[fan.reading], fan.reading)
+            if before < 1:
+                raise FanProtocolError(f"{fan.reading}: expected tachometer updates at full duty before the stop, "
+                                       f"got none in {running.seconds:.1f} s: a fan or tachometer that never turns "
+                                       "is not evidence that it stops")
+            rest = wait_for_rest(reader, fan, f"{fan.name} fan at 0 % duty, {fan.other} stopped, hatch closed")
+        finally:
+            _restore(reader, fan.load)
+        return ProtocolOutcome(measurement=_updates_measurement(
+            fan, claim, rest.window, 0.0,
+            {"coast_down": rest.to_dict(), "running_before": {**running.to_dict(), "updates": before}}))
+
+    return run
+
+
+def _declarations(fan: Fan) -> tuple[Declaration, ...]:
+    restore = ((fan.load, 0.0),)
+    return (
+        Declaration(
+            key=f"nf_f12.max_speed_{fan.name}", chamber="wt", unit="RPM", procedure=_max_speed(fan), restore=restore,
+            description=f"The {fan.name} fan at full PWM duty ({fan.other} 0, hatch 0), {MAX_SPEED_SETTLE_S:g} s after "
+                        f"the SET: the mean of {fan.reading}.",
+        ),
+        Declaration(
+            key=f"nf_f12.low_duty_{fan.name}", chamber="wt", unit="updates", procedure=_low_duty(fan), restore=restore,
+            description=f"The {fan.name} fan at rest at 0 %, then at {LOW_DUTY:.0%} duty ({fan.other} 0, hatch 0) for "
+                        f"{LOW_DUTY_SETTLE_S:g} s: the updates of {fan.reading} in {WINDOW_S:g} s.",
+        ),
+        Declaration(
+            key=f"nf_f12.stop_{fan.name}", chamber="wt", unit="updates", procedure=_stop(fan), restore=restore,
+            description=f"The {fan.name} fan at full duty ({RUNNING_CHECK_S:g} s, it must turn), then 0 % "
+                        f"({fan.other} 0, hatch 0) until a {WINDOW_S:g} s window of {fan.reading} shows no update "
+                        f"or {STOP_TIMEOUT_S:g} s have passed: the updates in that window.",
+        ),
+    )
+
+
+INTAKE = Fan("intake", "load_in", "load_out", "rpm_in")
+EXHAUST = Fan("exhaust", "load_out", "load_in", "rpm_out")
+DECLARATIONS: tuple[Declaration, ...] = (*_declarations(INTAKE), *_declarations(EXHAUST))

@@ -1,0 +1,222 @@
+"""The NF-F12 fan claims (issue 16): full-duty speed, operation below 20 % duty and the stop at 0 % (Noctua PWM
+white paper p7), graded by the chamber's own tachometers with settling timed in seconds — on the simulator, on
+scripted fans that break each claim, and on the chamber authors' real firmware."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chamber.driver import Chamber
+from chamber.serial_backend import SerialBackend
+from chamber.sim_backend import SimBackend
+from firmware_harness import firmware_build, real_board  # noqa: F401  (fixture)
+from protocols import fan_protocols as fp
+from protocols.claim_sources import load_checked_claims
+from protocols.runner import ProtocolContext, check_claim, run_batch
+from simulator.params import authors_params
+from simulator.physics import make_model
+
+FOLDER = Path(__file__).resolve().parents[1] / "protocols" / "data" / "chamber_parts"
+NEW = ["nf-f12-pwm-runs-below-20-percent-intake", "nf-f12-pwm-stops-at-zero-duty-intake",
+       "nf-f12-pwm-runs-below-20-percent-exhaust", "nf-f12-pwm-stops-at-zero-duty-exhaust"]
+FAN_CLAIMS = ["nf-f12-max-speed-intake", "nf-f12-max-speed-exhaust", *NEW]
+
+
+@pytest.fixture(scope="module")
+def claims():
+    return load_checked_claims([FOLDER])
+
+
+def sim_chamber(params=None, seed=3) -> Chamber:
+    return Chamber(SimBackend("wt", seed=seed, params=params)).connect()
+
+
+# --------------------------------------------------------------------------------------------- a scripted fan
+@dataclass
+class _Frame:
+    names: tuple[str, ...]
+    values: np.ndarray
+    host_timestamps: np.ndarray
+    reconnected: bool = False
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def column(self, name: str) -> np.ndarray:
+        return self.values[:, self.names.index(name)]
+
+
+class ScriptedFans:
+    """A wind tunnel whose two fans follow `turns(duty, seconds since the duty was set)`: a turning fan's rpm
+    jitters row by row, a still one holds its last reading (as the firmware does). Rows are stamped
+    `row_period_s` apart on a clock that starts at 1000 s; `stamp_per_read` stamps a whole read at once."""
+
+    config = "standard"
+    NAMES = ("counter", "load_in", "load_out", "hatch", "rpm_in", "rpm_out")
+
+    def __init__(self, turns, *, row_period_s=1 / 7, stamp_per_read=False, seed=0):
+        self.turns, self.period, self.per_read = turns, row_period_s, stamp_per_read
+        self.rng = np.random.default_rng(seed)
+        self.t, self.rows = 1000.0, 0
+        self.load = {"load_in": 0.01, "load_out": 0.01}
+        self.since = {"load_in": 1000.0, "load_out": 1000.0}
+        self.rpm = {"load_in": 300.0, "load_out": 300.0}
+        self.measured: list[int] = []
+
+    def state(self):
+        return dict(self.load)
+
+    def set_many(self, values):
+        for name, value in values.items():
+            if name in self.load and value != self.load[name]:
+                self.load[name], self.since[name] = float(value), self.t
+        return dict(values)
+
+    def measure(self, n):
+        self.measured.append(n)
+        out, stamps = np.zeros((n, len(self.NAMES))), np.zeros(n)
+        for i in range(n):
+            self.t += self.period
+            for load, col in (("load_in", 4), ("load_out", 5)):
+                if self.turns(self.load[load], self.t - self.since[load]):
+                    self.rpm[load] = 3000 * max(self.load[load], 0.1) + self.rng.normal(0, 5)
+                out[i, col] = self.rpm[load]
+            out[i, 0], out[i, 1], out[i, 2] = self.rows, self.load["load_in"], self.load["load_out"]
+            stamps[i] = self.t
+            self.rows += 1
+        if self.per_read:
+            stamps[:] = self.t
+        return _Frame(self.NAMES, out, stamps)
+
+
+def noctua(duty, seconds):  # what p7 says of most Noctua PWM fans: turns below 20 %, at rest 3 s after 0 %
+    return duty > 0 or seconds < 3.0
+
+
+def grade(chamber, claim):
+    return check_claim(claim, ProtocolContext(chambers={"wt": chamber}, rows=20))
+
+
+# --------------------------------------------------------------------------------------------------- timing
+@pytest.mark.parametrize("period,per_read,rows", [(1.0, False, 14), (1 / 7, False, 63), (1e-4, True, 70)])
+def test_the_settle_is_timed_by_the_row_timestamps_with_the_board_row_period_as_a_floor(period, per_read, rows):
+    """8 s: 1-s rows (stamped) take 9 rows + a chunk; the real board's 1/7 s rows, 57 rows + a chunk; a backend
+    that stamps a whole read at once shows no time passing, so rows × 0.12 s decides: ⌈8/0.12⌉ = 67 → 70."""
+    chamber = ScriptedFans(noctua, row_period_s=period, stamp_per_read=per_read)
+
+    class Reader:
+        def chamber(self, kind):
+            return chamber
+
+    got = fp.read_for(Reader(), 8.0, ("rpm_in",))
+    assert got.rows == rows and got.seconds >= 8.0 and sum(chamber.measured) == rows
+    assert got.stamped_seconds == pytest.approx((rows - (7 if per_read else 1)) * period)  # per read: the last stamps
+
+
+def test_every_fan_protocol_settles_in_seconds_not_rows(claims):
+    """Twice the row period, half the rows: the same seconds. (A row-count settle reads the same rows either way.)"""
+    for cid in FAN_CLAIMS:
+        slow, fast = ScriptedFans(noctua, row_period_s=2 / 7), ScriptedFans(noctua, row_period_s=1 / 7)
+        for chamber in (slow, fast):
+            assert grade(chamber, claims[cid]).verdict.verdict == "pass", cid
+        assert 0.4 < sum(slow.measured) / sum(fast.measured) < 0.75, cid
+
+
+# ------------------------------------------------------------------------------------------ falsifiability
+def test_a_fan_that_stops_below_20_percent_fails_the_low_duty_claim(claims):
+    stops_low = lambda duty, s: duty >= 0.2 or s < 3.0  # noqa: E731  (below 20 % it coasts to rest in 3 s)
+    for fan in ("intake", "exhaust"):
+        result = grade(ScriptedFans(stops_low), claims[f"nf-f12-pwm-runs-below-20-percent-{fan}"])
+        assert (result.verdict.verdict, float(result.verdict.measured)) == ("fail", 0.0)
+        assert result.measurement.details["rest_before"]["last_window_updates"] == 0
+
+
+def test_a_fan_that_keeps_turning_at_0_percent_fails_the_stop_claim_after_the_timeout(claims):
+    result = grade(ScriptedFans(lambda duty, s: True), claims["nf-f12-pwm-stops-at-zero-duty-intake"])
+    assert result.verdict.verdict == "fail" and result.verdict.measured > 30  # every row updates
+    assert result.measurement.details["coast_down"]["seconds"] >= fp.STOP_TIMEOUT_S
+
+
+def test_a_dead_tachometer_is_an_error_not_a_stop(claims):
+    result = grade(ScriptedFans(lambda duty, s: False), claims["nf-f12-pwm-stops-at-zero-duty-intake"])
+    assert result.verdict.verdict == "error" and "FanProtocolError" in result.verdict.reason
+    assert "never turns" in result.verdict.reason
+
+
+def test_a_fan_that_cannot_be_brought_to_rest_gives_no_low_duty_verdict(claims):
+    result = grade(ScriptedFans(lambda duty, s: True), claims["nf-f12-pwm-runs-below-20-percent-exhaust"])
+    assert result.verdict.verdict == "error" and "could not be told from coasting" in result.verdict.reason
+
+
+# --------------------------------------------------------------------------------------------- the simulator
+def test_the_simulator_grades_the_fan_claims_definitively_with_what_they_assume(claims):
+    chamber = sim_chamber()
+    try:
+        batch = run_batch([claims[c] for c in FAN_CLAIMS], ProtocolContext(chambers={"wt": chamber}, rows=60))
+    finally:
+        chamber.close()
+    by_id = {r.claim.id: r for r in batch.results}
+    assert {c: by_id[c].verdict.verdict for c in FAN_CLAIMS} == dict.fromkeys(FAN_CLAIMS, "pass")
+    for fan in ("intake", "exhaust"):
+        runs = by_id[f"nf-f12-pwm-runs-below-20-percent-{fan}"]
+        assert runs.verdict.measured > 20 and runs.measurement.details["settle"]["seconds"] >= fp.LOW_DUTY_SETTLE_S
+        stop = by_id[f"nf-f12-pwm-stops-at-zero-duty-{fan}"]
+        assert float(stop.verdict.measured) == 0 and stop.measurement.details["running_before"]["updates"] > 10
+        assert stop.measurement.details["coast_down"]["seconds"] < 30  # friction stops it in ~15 s
+        assert "12 V" in stop.measurement.details["not_measured"]
+        speed = by_id[f"nf-f12-max-speed-{fan}"]
+        assert speed.measurement.details["settle"]["seconds"] >= fp.MAX_SPEED_SETTLE_S
+        assert set(stop.verdict.matched_conditions) >= {"0 % duty", "other fan stopped", "tachometer updates"}
+
+
+def test_the_coast_down_at_0_percent_ends_with_bearing_friction_and_never_under_a2_drag_alone():
+    def coast(params):
+        model = make_model("wt", seed=1, params=params)
+        model.apply("load_in", 1.0)
+        model.sample(70)  # 10 s at 7 rows/s: full speed
+        model.apply("load_in", 0.0)
+        model.apply("load_out", 0.0)  # no air driven through it (the idle exhaust would windmill it)
+        return model, model.sample(7 * 60)[:, model.layout.index("rpm_in")]
+
+    model, rpm = coast(None)
+    still = np.flatnonzero(np.diff(rpm) == 0)
+    stopped_at = (still[0] + 2) / 7  # row k is (k + 1)/7 s after the SET; row still[0] + 1 is held
+    # A2 drag plus 0.2 mN·m: ω = s·tan(atan(ω0/s) − b·s·t) reaches the 60 RPM stall at ~14 s
+    b = 5.2687e-8 / 3.481e-5
+    s = math.sqrt(2e-4 / 3.481e-5 / b)
+    expected = (math.atan(2 * math.pi * 3000 / 60 / s) - math.atan(2 * math.pi / s)) / (b * s)
+    assert stopped_at == pytest.approx(expected, abs=0.3) and np.all(rpm[still[0] + 1:] == rpm[-1])
+    _, authors = coast(authors_params())
+    assert authors[-1] > 60  # drag alone: ω0/(1 + bω0t) is still ~100 RPM after 60 s
+
+
+def test_the_powered_spin_up_is_a2_as_before_friction_changes_only_the_unpowered_fan():
+    defaults, authors = make_model("wt", seed=2), make_model("wt", seed=2, params=authors_params())
+    for model in (defaults, authors):
+        model.apply("load_in", 1.0)
+    times = np.arange(1, 8) / 7
+    a = defaults._fan_trajectory("in", 1.0, times)
+    assert np.array_equal(a, authors._fan_trajectory("in", 1.0, times))
+
+
+# ---------------------------------------------------------------------------------------- the real firmware
+def test_the_real_firmware_grades_the_fan_claims_definitively(firmware_build, claims):
+    """The authors' Mk1 firmware at real pace (~7 rows/s): the settles are timed by the rows' host timestamps."""
+    with real_board(firmware_build, "wt") as url:
+        chamber = Chamber(SerialBackend(url)).connect()
+        try:
+            batch = run_batch([claims[c] for c in FAN_CLAIMS], ProtocolContext(chambers={"wt": chamber}, rows=8))
+        finally:
+            chamber.close()
+    by_id = {r.claim.id: r for r in batch.results}
+    assert {c: by_id[c].verdict.verdict for c in FAN_CLAIMS} == dict.fromkeys(FAN_CLAIMS, "pass"), {
+        c: by_id[c].verdict.reason for c in FAN_CLAIMS}
+    for fan in ("intake", "exhaust"):
+        stop = by_id[f"nf-f12-pwm-stops-at-zero-duty-{fan}"].measurement.details
+        assert stop["coast_down"]["last_window"]["stamped_seconds"] > 4.0  # real time, not the floor
+        assert by_id[f"nf-f12-pwm-runs-below-20-percent-{fan}"].verdict.measured > 10
