@@ -6,7 +6,10 @@ Why one: the CLI (`check`, `calibrate`), the main job and the chamber tools API 
 - the apparatus guard: any exception while staging, reading or evaluating becomes the claim's verdict "error"
   naming the exception's type (a lost link is status "link_lost", anything else "aborted"); the half-taken
   measurement is discarded, and the rest of the batch goes on (an apparatus problem is not evidence against a
-  datasheet, and one broken claim must not cost the others their verdicts);
+  datasheet, and one broken claim must not cost the others their verdicts). The claim guard extends this to
+  everything else done for one claim (choosing its protocol, its pre-check, the rule on its measurement);
+- a chamber that is not connected: its claims are inconclusive, "chamber not connected", naming the chamber — the
+  lab did not try, which is neither evidence nor an apparatus error;
 - the setting guard (the API's server-side limits): every SET list of the whole run is checked before anything
   moves, and again before each SET;
 - progress: one line per staging and one "[i/N] claim" line as each claim is graded.
@@ -245,8 +248,17 @@ def _resolution_limited(claim: Claim, key: str, precheck: CapabilityCheck) -> Ch
     return CheckResult(claim, decided, None, key, precheck=precheck)
 
 
-def _unavailable(claim: Claim, key: str | None, exc: Exception) -> CheckResult:
-    return CheckResult(claim, Verdict(claim_id=claim.id, verdict="error", reason=str(exc)), None, key)
+def _unavailable(claim: Claim, key: str | None, exc: ProtocolUnavailable) -> CheckResult:
+    """A claim whose chamber is not connected: inconclusive (nothing was tried), the reason names the chamber."""
+    decided = Verdict(claim_id=claim.id, verdict="inconclusive", reason=f"chamber not connected: {exc}",
+                      unit=claim.unit, notes=("nothing was staged for this claim",))
+    return CheckResult(claim, decided, None, key)
+
+
+def _claim_error(claim: Claim, key: str | None, unit: str | None, exc: Exception) -> CheckResult:
+    """The claim guard: an exception while handling one claim is that claim's "error", naming the exception."""
+    measurement = _failed(unit or claim.unit, exc)
+    return CheckResult(claim, verdict(claim, measurement), measurement, key)
 
 
 def _evaluate(declaration: Declaration, claim: Claim | None, readings: tuple[StepReadings, ...],
@@ -303,16 +315,17 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
         context.graded(claims[i])
         context.progress(f"[{len(done)}/{len(claims)}] {claims[i].id}")
 
-    for i, claim in enumerate(claims):
+    def admit(i: int, claim: Claim) -> None:
+        """Decide the claim now (no protocol, reused, pre-check, no steps, no chamber) or plan its steps."""
         declaration = selected_protocol(claim, context.station)
         if declaration is None:
             finish(i, CheckResult(claim, verdict(claim, None), None, None))
-            continue
+            return
         earlier = (reuse or {}).get(claim.id)
         if earlier is not None and earlier.protocol == declaration.key and not declaration.instruments:
             finish(i, replace(earlier, details={**earlier.details, "reused": "graded by the same protocol earlier "
                                                                              "in this run, on the same chambers"}))
-            continue
+            return
         declared[i] = declaration
         precheck = declaration.precheck(claim, Inputs(record)) if declaration.precheck else None
         if precheck is not None and precheck.resolution_limited:
@@ -327,6 +340,20 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
             key = claim.id if claim.id not in keys else f"{claim.id}#{i}"
             keys[key] = i
             items.append(PlanItem(key, declaration, claim, may_stop_early=stop_early))
+
+    def guarded(i: int, step: Callable[[], None]) -> None:
+        """The claim guard around one claim's step: an exception is that claim's error, the batch goes on."""
+        try:
+            step()
+        except Exception as exc:
+            if i in done:  # graded already: the exception came from a progress hook, not from the claim
+                raise
+            declaration = declared.get(i)
+            finish(i, _claim_error(claims[i], declaration.key if declaration else claims[i].protocol,
+                                   declaration.unit if declaration else None, exc))
+
+    for i, claim in enumerate(claims):
+        guarded(i, lambda i=i, claim=claim: admit(i, claim))
 
     start = {k: dict(getattr(c, "state", lambda: {})() or {}) for k, c in context.chambers.items()}
     the_plan = plan(items, rows=context.rows, settle_rows=context.settle_rows, probe_rows=probe_rows, start=start)
@@ -350,15 +377,14 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
             log.warning("calibration failed: %s", calibration_error)
 
     pending: dict[int, tuple[PlanItem, StopDecision]] = {}
-    for item in items:
-        if item.claim is None:
-            continue
-        i = keys[item.key]
+
+    def grade_first(i: int, item: PlanItem) -> None:
+        assert item.claim is not None
         declaration = declared[i]
         precheck = declaration.precheck(item.claim, Inputs(record)) if declaration.precheck else None
         if precheck is not None and precheck.resolution_limited:  # the batch's own calibration decided it
             finish(i, _resolution_limited(item.claim, declaration.key, precheck))
-            continue
+            return
         outcome = _item_outcome(the_plan, item, reads, failures, record, _config(context.chambers[declaration.chamber]))
         result = _grade(item.claim, declaration, outcome, precheck, {})
         decision = _decide_stop(the_plan, item, reads, outcome, result)
@@ -367,21 +393,28 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
         else:
             pending[i] = (item, decision)
 
+    def grade_topped_up(i: int, item: PlanItem, first: StopDecision) -> None:
+        assert item.claim is not None
+        declaration = declared[i]
+        outcome = _item_outcome(the_plan, item, reads, failures, record, _config(context.chambers[declaration.chamber]))
+        result = _grade(item.claim, declaration, outcome, None, {})
+        finish(i, _with_plan(result, the_plan, item, reads, StopDecision(
+            False, "default rows", f"read at the default rows: after {probe_rows} rows, {first.why}")))
+
+    for item in items:
+        if item.claim is not None:
+            guarded(keys[item.key], lambda item=item: grade_first(keys[item.key], item))
+
     if pending:  # top up what the stopping rule could not spare to the default rows, and grade again
         needed = sorted({index for item, _ in pending.values() for index in the_plan.stagings_of(item.key).values()})
         _apply_restores(runner, the_plan, failures)
         _read_stagings(runner, the_plan, needed, reads, failures, full=True)
         for i, (item, first) in pending.items():
-            declaration = declared[i]
-            outcome = _item_outcome(the_plan, item, reads, failures, record,
-                                    _config(context.chambers[declaration.chamber]))
-            result = _grade(item.claim, declaration, outcome, None, {})
-            finish(i, _with_plan(result, the_plan, item, reads, StopDecision(
-                False, "default rows", f"read at the default rows: after {probe_rows} rows, {first.why}")))
+            guarded(i, lambda i=i, item=item, first=first: grade_topped_up(i, item, first))
     _apply_restores(runner, the_plan, failures)
 
     for i in procedures:
-        finish(i, _run_procedure(claims[i], declared[i], context, runner))
+        guarded(i, lambda i=i: finish(i, _run_procedure(claims[i], declared[i], context, runner)))
 
     return BatchResult(
         results=[done[i] for i in range(len(claims))], calibration=calibration,
