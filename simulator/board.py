@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from firmware_bridge.segments import LinkCounters
-from simulator.board_protocol import BoardFaults, BoardProtocol
+from simulator.board_faults import BoardFaults
+from simulator.board_protocol import BoardProtocol
 from simulator.firmware import EmulatedFirmware
 from simulator.model import PhysicsModel
 from simulator.physics import make_model

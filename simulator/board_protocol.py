@@ -5,6 +5,11 @@ outside the framing and then halt) are easiest to get right and to test when byt
 explicit. simulator/board.py moves these bytes over a pty or a TCP socket. The fault switches exist so tests can
 make the link misbehave on purpose and check that the host recovers and counts what happened.
 
+The parts with a job of their own live beside this module: simulator/board_receive.py (receive_packet()'s parser),
+simulator/board_window.py (the send window: segments in flight, the host's ACKs and their fast paths, go-back-N
+resends) and simulator/board_faults.py (the fault switches). This module keeps the rest of the connection: boot,
+the receive ring, the command queue, the pace, and drawing and framing an MSR's rows.
+
 What it copies from the real firmware (serial_comms.cpp, the sketches' setup() and loop(); checked against it by
 tests/test_board_vs_firmware.py):
 - Boot: the receiver is off until Serial.begin() (bytes sent earlier are lost), then setup() waits 500 ms and
@@ -41,27 +46,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from firmware_bridge.batch import build_segments, check_crcs, decode_uniform_padded, encode_acks, frame_uniform
+from firmware_bridge.batch import build_segments, encode_acks, frame_uniform
 from firmware_bridge.link import RESEND_AFTER_S  # the protocol's ACK_TIMEOUT, the board's as well as the host's
-from firmware_bridge.packets import END, START, decode_body, encode_packet
+from firmware_bridge.packets import decode_body, encode_packet
 from firmware_bridge.rows import encode_rows
+from firmware_bridge.segments import SEQ_MODULO, Arrival, Endpoint, LinkCounters, decode_segment, next_seq
 from firmware_bridge.variables import COUNTER_PERIOD
-from firmware_bridge.segments import (
-    CRC_LEN,
-    FLAG_ACK,
-    HEADER_LEN,
-    SEQ_MODULO,
-    Arrival,
-    Endpoint,
-    LinkCounters,
-    decode_segment,
-    next_seq,
-)
+from simulator.board_faults import BoardFaults, every
+from simulator.board_receive import END_BYTE, FirmwareParser
+from simulator.board_window import ACK_BODY, ACK_PACKET, InFlight, InFlightWindow
 from simulator.firmware import EmulatedFirmware, FirmwareFault
 
 log = logging.getLogger(__name__)
 
-INPUT_BUFFER = 64  # receive_packet's input_buffer: characters between START and END
 RECEIVE_RING = 63  # the Mega's serial receive ring (64 bytes, one always free)
 SERIAL_ON_BEFORE_ANNOUNCE_S = 0.5  # setup(): Serial.begin(), then delay(500), then CHAMBER_CONFIG
 REAL_BOOT_S = {"wt": 1.15, "lt": 1.42}  # power-on (or RST) to CHAMBER_CONFIG, measured on the firmware harness
@@ -69,31 +66,6 @@ FAST_BOOT_S = 0.02
 MAX_CATCH_UP_S = 3600.0  # real pace: idle time the physics catches up on at most (rows sampled and discarded)
 PACES = ("real", "fast")
 ROW_BLOCK = 2048  # rows drawn from the physics (and framed) in one go when unthrottled
-_ACK_BODY = 4 * ((HEADER_LEN + CRC_LEN + 2) // 3)  # base64 length of an ACK segment
-_ACK_PACKET = _ACK_BODY + 2
-_END_B = bytes([END])
-_START_B = bytes([START])
-
-
-@dataclass
-class BoardFaults:
-    """Test switches. `*_every=k` hits the k-th, 2k-th, … event; the `*_after_rows`/`*_at` ones fire once."""
-
-    drop_data_every: int = 0  # lose the first transmission of every k-th outgoing data segment
-    duplicate_data_every: int = 0  # send every k-th outgoing data segment twice
-    corrupt_data_every: int = 0  # corrupt the first transmission of every k-th data segment (CRC fails)
-    drop_acks_every: int = 0  # never send every k-th ACK the board owes (the host must resend)
-    ignore_acks_every: int = 0  # ignore every k-th ACK from the host (the board resends; host sees a duplicate)
-    ack_delay_s: float = 0.0  # delay every ACK the board sends
-    error_on: str | None = None  # report `error_code` when a command starting with this arrives (e.g. "MSR")
-    error_code: str = "er09"
-    error_detail: str = ""
-    reset_after_rows: int | None = None  # reboot (and announce) after this many rows of an MSR
-    vanish_after_rows: int | None = None  # close the port after this many rows of an MSR
-    counter_gap_after_rows: int | None = None  # skip one counter value after this many rows of an MSR
-    short_row_at: int | None = None  # send row number k of an MSR 4 bytes short
-    silent_boot: bool = False  # next connection: reboot without announcing (a board with auto-reset disabled)
-    raw_burst_bytes: int = 0  # next connection: first write this many raw bytes (benchmark reference read)
 
 
 @dataclass
@@ -131,84 +103,6 @@ class _Busy:
     until: float | None = None
 
 
-class FirmwareParser:
-    """receive_packet()'s parser, byte-exact: START opens a packet, END closes it, at most INPUT_BUFFER characters
-    in between (a START inside is a character); one more character resets the parser and is lost, and so is
-    everything up to the next START. The state survives between reads, as the firmware's globals do."""
-
-    def __init__(self) -> None:
-        self.reading = False
-        self._buf = bytearray()
-
-    @property
-    def idle(self) -> bool:
-        return not self.reading
-
-    def feed(self, data: bytes, *, first_only: bool = False) -> list[bytes]:
-        """Bytes arriving at line rate (the firmware keeps up with them): every packet they complete.
-
-        `first_only`: bytes that were all waiting in the receive ring at once. receive_packet() drains the ring
-        in one inner loop, and bytes after the END that completes a packet are read and thrown away there."""
-        bodies: list[bytes] = []
-        i, n = 0, len(data)
-        while i < n:
-            if not self.reading:
-                j = data.find(_START_B, i)
-                if j < 0:
-                    return bodies
-                self.reading = True
-                self._buf.clear()
-                i = j + 1
-                continue
-            j = data.find(_END_B, i)
-            end = n if j < 0 else j
-            room = INPUT_BUFFER - len(self._buf)
-            if end - i <= room:
-                self._buf += data[i:end]
-                if j < 0:
-                    return bodies
-                bodies.append(bytes(self._buf))
-                self.reading = False
-                self._buf.clear()
-                if first_only:
-                    return bodies
-                i = j + 1
-            else:  # overrun: the character after a full buffer resets the parser
-                self.reading = False
-                self._buf.clear()
-                i += room + 1
-        return bodies
-
-
-@dataclass
-class _InFlight:
-    """Consecutively numbered data segments sent at one time and not all acknowledged yet.
-
-    Kept per send rather than per segment so that thousands of rows cost a few objects. `packets` holds `count`
-    intact packets of `size` bytes back to back (for resends), `acks` the ACK packets the host is expected to
-    send for them (b"" when not worked out); the first `done` are acknowledged.
-    """
-
-    first: int  # sequence number of packet 0
-    count: int
-    size: int
-    packets: bytes
-    acks: bytes
-    deadline: float
-    done: int = 0
-
-    @property
-    def left(self) -> int:
-        return self.count - self.done
-
-    def unacknowledged(self) -> bytes:
-        return self.packets[self.done * self.size :]
-
-
-def _every(k: int, count: int) -> bool:
-    return k > 0 and count % k == 0
-
-
 @dataclass
 class BoardProtocol:
     """Device side of one connection: feed host bytes, tick the clock, take the bytes to send."""
@@ -238,13 +132,11 @@ class BoardProtocol:
         self._physics_at: float | None = None
         self._now = 0.0  # the time of the packet being handled
         self._queue: deque[bytes | _Rows | _Reboot] = deque()
-        self._inflight: deque[_InFlight] = deque()
-        self._inflight_count = 0  # data segments sent and not acknowledged (the window fill)
+        self.in_flight = InFlightWindow(self.counters)  # data segments sent and not acknowledged
         self._delayed_acks: list[tuple[float, bytes]] = []
         self._boot_at: float | None = None
         self._data_count = 0
         self._acks_owed = 0
-        self._acks_seen = 0
         self.vanish_requested = False
         self.halted = False
 
@@ -267,7 +159,7 @@ class BoardProtocol:
     def _boot(self, now: float) -> None:
         self.endpoint = Endpoint(counters=self.counters)
         self._queue.clear()
-        self._clear_inflight()
+        self.in_flight.clear()
         self._delayed_acks.clear()
         self._splitter = FirmwareParser()
         self._busy_until = 0.0
@@ -292,7 +184,7 @@ class BoardProtocol:
         self._ring.clear()
         self._ring_since = None
         self._queue.clear()
-        self._clear_inflight()
+        self.in_flight.clear()
         self.halted = True
 
     # ------------------------------------------------------------------ input
@@ -337,19 +229,19 @@ class BoardProtocol:
             self._on_bodies(self._splitter.feed(data, first_only=True), now)
 
     def _feed_now(self, data: bytes, now: float) -> None:
-        last_end = data.rfind(_END_B)
+        last_end = data.rfind(END_BYTE)
         if last_end >= 0:
             # cannot end in er00: the chunk may be taken in parts, in order, with the ACKs the host owes compared
             # as bytes (the splitter gives the same packets however the stream is cut)
             rest = data
             if not self._splitter.idle:  # first finish the packet the last read cut in two
-                cut = data.find(_END_B) + 1
+                cut = data.find(END_BYTE) + 1
                 self._feed_split(data[:cut], now)
                 if self.halted:
                     return
                 rest = data[cut:]
-            whole = len(rest) - len(rest) % _ACK_PACKET
-            if whole and self._take_expected_acks(rest[:whole]):
+            whole = len(rest) - len(rest) % ACK_PACKET
+            if whole and self.in_flight.take_expected_acks(rest[:whole], self.faults.ignore_acks_every):
                 rest = rest[whole:]
             if rest:
                 self._feed_split(rest, now)
@@ -363,104 +255,15 @@ class BoardProtocol:
         i, n = 0, len(bodies)
         while i < n and not self.halted:
             j = i + 1
-            if len(bodies[i]) == _ACK_BODY:
-                while j < n and len(bodies[j]) == _ACK_BODY:
+            if len(bodies[i]) == ACK_BODY:
+                while j < n and len(bodies[j]) == ACK_BODY:
                     j += 1
-            if j - i < 4 or not self._take_acks(bodies[i:j]):
+            if j - i < 4 or not self.in_flight.take_acks(bodies[i:j], self.faults.ignore_acks_every):
                 for body in bodies[i:j]:
                     self._on_packet(body, now)
                     if self.halted:
                         return
             i = j
-
-    def _take_expected_acks(self, data: bytes) -> bool:
-        """Fastest path: `data` is exactly the ACK packets the host owes for the oldest in-flight segments.
-
-        The board knows those packets byte for byte (worked out when the rows were framed), so comparing bytes
-        replaces splitting, base64 and CRC per ACK; the outcome is what the packet-by-packet path would reach.
-        """
-        m = len(data) // _ACK_PACKET
-        if m == 0 or m > self._inflight_count or data[0] != START:
-            return False
-        pos, need = 0, m
-        for item in self._inflight:
-            if not item.acks:
-                return False
-            take = min(need, item.left)
-            at = item.done * _ACK_PACKET
-            if data[pos : pos + take * _ACK_PACKET] != item.acks[at : at + take * _ACK_PACKET]:
-                return False
-            pos += take * _ACK_PACKET
-            need -= take
-            if not need:
-                break
-        self.counters.segments_received += m
-        if self.faults.ignore_acks_every:
-            head = self._oldest_seq()
-            for ack in range(head, head + m):
-                self._on_ack(ack % SEQ_MODULO)
-        else:
-            self._acks_seen += m
-            self._drop_inflight(m)
-        return True
-
-    def _take_acks(self, run: list[bytes]) -> bool:
-        """Fast path for a run of intact ACKs (the host acknowledging rows)."""
-        segments = decode_uniform_padded(run)
-        if segments is None or segments.shape[1] != HEADER_LEN + CRC_LEN:
-            return False
-        if not (segments[:, 0] == FLAG_ACK).all() or not check_crcs(segments).all():
-            return False
-        self.counters.segments_received += len(run)
-        self._on_acks(np.ascontiguousarray(segments[:, 5:9]).view("<u4").ravel())
-        return True
-
-    def _on_acks(self, acks: np.ndarray) -> None:
-        """Many ACKs at once, with the same outcome as `_on_ack` on each in turn.
-
-        In-flight segments are consecutively numbered (sent in order, removed from the front), so an ACK's
-        position is its distance from the oldest one; one-by-one cumulative handling ends up removing everything
-        through the furthest position any of these ACKs names.
-        """
-        if self.faults.ignore_acks_every or not self._inflight:
-            for ack in acks.tolist():
-                self._on_ack(ack)
-            return
-        self._acks_seen += len(acks)
-        where = (acks.astype(np.int64) - self._oldest_seq()) % SEQ_MODULO
-        where = where[where < self._inflight_count]
-        if where.size:
-            self._drop_inflight(int(where.max()) + 1)
-
-    def _on_ack(self, ack: int) -> None:
-        self._acks_seen += 1
-        if _every(self.faults.ignore_acks_every, self._acks_seen):
-            return
-        if not self._inflight:
-            return
-        where = (ack - self._oldest_seq()) % SEQ_MODULO
-        if where < self._inflight_count:  # cumulative: everything up to it arrived
-            self._drop_inflight(where + 1)
-
-    def _oldest_seq(self) -> int:
-        oldest = self._inflight[0]
-        return (oldest.first + oldest.done) % SEQ_MODULO
-
-    def _drop_inflight(self, m: int) -> None:
-        """The m oldest in-flight segments were acknowledged."""
-        inflight = self._inflight
-        self._inflight_count -= m
-        while m:
-            item = inflight[0]
-            take = min(m, item.left)
-            item.done += take
-            m -= take
-            if item.done == item.count:
-                inflight.popleft()
-
-    def _clear_inflight(self) -> None:
-        self._inflight.clear()
-        self._inflight_count = 0
 
     def _on_packet(self, body: bytes, now: float) -> None:
         raw = decode_body(body)
@@ -475,7 +278,7 @@ class BoardProtocol:
             return
         kind = self.endpoint.classify(segment)
         if kind is Arrival.ACK:
-            self._on_ack(segment.ack)
+            self.in_flight.on_ack(segment.ack, self.faults.ignore_acks_every)
             return
         if kind is Arrival.UNEXPECTED:
             return
@@ -488,7 +291,7 @@ class BoardProtocol:
 
     def _executing(self) -> bool:
         """Inside a command (or the boot announcements): replies still to send or to be acknowledged."""
-        return bool(self._queue) or self._inflight_count > 0
+        return bool(self._queue) or self.in_flight.count > 0
 
     def _on_message(self, text: str) -> None:
         self._idle_since = None
@@ -523,7 +326,7 @@ class BoardProtocol:
         """Report outside the framing and stop: nothing else is sent until the next boot."""
         self.firmware.halted = fault
         self._queue.clear()
-        self._clear_inflight()
+        self.in_flight.clear()
         for _, ack in sorted(self._delayed_acks):
             self.out += ack
         self._delayed_acks.clear()
@@ -534,7 +337,7 @@ class BoardProtocol:
 
     def _send_ack(self, seq: int, now: float) -> None:
         self._acks_owed += 1
-        if _every(self.faults.drop_acks_every, self._acks_owed):
+        if every(self.faults.drop_acks_every, self._acks_owed):
             return
         packet = encode_packet(self.endpoint.ack_segment(seq), None)
         if self.faults.ack_delay_s > 0:
@@ -558,15 +361,12 @@ class BoardProtocol:
                     self.out += packet
         if self.halted:
             return
-        if self._inflight and now >= self._inflight[0].deadline:
-            self.counters.ack_timeouts += 1
-            for item in self._inflight:  # go back N: the host accepts only in order
-                self.out += item.unacknowledged()
-                item.deadline = now + RESEND_AFTER_S
-                self.counters.resends += item.left
+        resent = self.in_flight.resend_due(now)
+        if resent is not None:
+            self.out += resent
         self._flush_ring(now)
         self._fill(now)
-        if not self.halted and not self._queue and not self._inflight_count and self._boot_at is None:
+        if not self.halted and not self._queue and not self.in_flight.count and self._boot_at is None:
             self._idle(now)
         self._flush_ring(now)
 
@@ -590,8 +390,9 @@ class BoardProtocol:
         times = [now + 1.0]
         if self._boot_at is not None:
             times.append(self._boot_at)
-        if self._inflight:
-            times.append(self._inflight[0].deadline)
+        resend_at = self.in_flight.deadline()
+        if resend_at is not None:
+            times.append(resend_at)
         if self._delayed_acks:
             times.append(min(t for t, _ in self._delayed_acks))
         if self._busy_until > now:
@@ -615,15 +416,15 @@ class BoardProtocol:
 
     def _fill(self, now: float) -> None:
         queue = self._queue
-        while queue and self._inflight_count < self.window and not self.halted:
+        while queue and self.in_flight.count < self.window and not self.halted:
             item = queue[0]
             if isinstance(item, bytes):
-                if self._inflight_count:  # text is sent stop-and-wait whatever the window (send_string)
+                if self.in_flight.count:  # text is sent stop-and-wait whatever the window (send_string)
                     return
                 queue.popleft()
                 self._send_data(item, now)
             elif isinstance(item, _Rows):
-                if item.sent == 0 and self._inflight_count:  # OK,MSR first, stop-and-wait like all text
+                if item.sent == 0 and self.in_flight.count:  # OK,MSR first, stop-and-wait like all text
                     return
                 if not self._send_rows(item, now):
                     return
@@ -637,7 +438,7 @@ class BoardProtocol:
                     return
                 queue.popleft()
             else:  # a reboot after OK,RST, once it was acknowledged (send_data() waits for it however long)
-                if self._inflight:
+                if self.in_flight.count:
                     return
                 self._soft_reset(now)
                 return
@@ -659,7 +460,7 @@ class BoardProtocol:
         else:
             if not item.ready_count:
                 self._draw_rows(item, ROW_BLOCK)
-            k = min(item.ready_count, self.window - self._inflight_count)
+            k = min(item.ready_count, self.window - self.in_flight.count)
         faults = self.faults
         if k > 0:
             if self._data_faults_active() or faults.short_row_at is not None:
@@ -734,9 +535,8 @@ class BoardProtocol:
             item.wire_ack = endpoint.last_acknowledged
         size, pos = item.packet_size, item.wire_pos
         packets = item.wire[pos * size : (pos + k) * size]
-        acks = item.ack_wire[pos * _ACK_PACKET : (pos + k) * _ACK_PACKET]
-        self._inflight.append(_InFlight(first, k, size, packets, acks, now + RESEND_AFTER_S))
-        self._inflight_count += k
+        acks = item.ack_wire[pos * ACK_PACKET : (pos + k) * ACK_PACKET]
+        self.in_flight.add(InFlight(first, k, size, packets, acks, now + RESEND_AFTER_S))
         self.out += packets
         item.wire_pos = pos + k
         item.wire_seq = (first + k) % SEQ_MODULO
@@ -747,20 +547,19 @@ class BoardProtocol:
     def _send_data(self, payload: bytes, now: float) -> None:
         seq, segment = self.endpoint.data_segment(payload)
         intact = encode_packet(segment, None)
-        self._inflight.append(_InFlight(seq, 1, len(intact), intact, b"", now + RESEND_AFTER_S))
-        self._inflight_count += 1
+        self.in_flight.add(InFlight(seq, 1, len(intact), intact, b"", now + RESEND_AFTER_S))
         self._data_count += 1
         self.counters.segments_sent += 1
         faults, count = self.faults, self._data_count
-        if _every(faults.drop_data_every, count):
+        if every(faults.drop_data_every, count):
             return
         wire = segment
-        if _every(faults.corrupt_data_every, count):
+        if every(faults.corrupt_data_every, count):
             damaged = bytearray(segment)
             damaged[len(damaged) // 2] ^= 0xFF
             wire = bytes(damaged)
         packet = encode_packet(wire, None)
         self.out += packet
-        if _every(faults.duplicate_data_every, count):
+        if every(faults.duplicate_data_every, count):
             self.out += packet
 

@@ -19,6 +19,7 @@ from firmware_bridge.packets import PacketSplitter, decode_body, encode_packet
 from firmware_bridge.segments import FLAG_ACK, Arrival, Endpoint, LinkCounters, decode_segment, encode_segment
 from firmware_bridge.variables import layout_for
 from simulator.board_protocol import RESEND_AFTER_S, BoardFaults, BoardProtocol
+from simulator.board_window import InFlightWindow
 from simulator.firmware import EmulatedFirmware
 
 ROW_BYTES = 35 * 4
@@ -40,7 +41,7 @@ def run_msr(n: int, *, window: int, faults: BoardFaults | None = None, ack_rng: 
     """One MSR against a sans-IO board; a minimal host ACKs every data segment (duplicates again), its ACK bytes
     cut into random chunks when `ack_rng` is given. Returns the data packets seen, in order, and final state."""
     if not shortcut and monkeypatch is not None:
-        monkeypatch.setattr(BoardProtocol, "_take_expected_acks", lambda self, data: False)
+        monkeypatch.setattr(InFlightWindow, "take_expected_acks", lambda self, data, ignore_every: False)
     board = BoardProtocol(EmulatedFirmware(CountingModel()), faults=faults or BoardFaults(), window=window,
                           pace="fast", boot_delay=0.0)
     host = Endpoint(counters=LinkCounters())
@@ -72,13 +73,13 @@ def run_msr(n: int, *, window: int, faults: BoardFaults | None = None, ack_rng: 
                 delivered.append(seg.data)
         for chunk in _chunks(encode_acks(host.last_delivered, acks), ack_rng):
             board.feed(chunk, now)
-            in_flight.append(board._inflight_count)
+            in_flight.append(board.in_flight.count)
         if delivered and delivered[-1] == b"OK,DONE":
             break
         if not out:
             now += RESEND_AFTER_S / 2  # nothing moved: let the board's timers run
     return {"packets": packets, "delivered": delivered, "counters": board.counters.as_dict(),
-            "in_flight": board._inflight_count, "in_flight_trace": in_flight, "host": host.counters.as_dict()}
+            "in_flight": board.in_flight.count, "in_flight_trace": in_flight, "host": host.counters.as_dict()}
 
 
 def rows_of(delivered: list[bytes]) -> np.ndarray:
@@ -135,7 +136,7 @@ def test_unacknowledged_rows_are_resent_intact_after_100_ms_go_back_n():
     board.tick(0.0)
     first = data_packets(board.out)
     board.out.clear()
-    assert board._inflight_count == 50  # the rows; OK,DONE waits for the last one to be acknowledged
+    assert board.in_flight.count == 50  # the rows; OK,DONE waits for the last one to be acknowledged
     board.tick(RESEND_AFTER_S * 0.99)
     assert board.out == b""  # not yet
     board.tick(RESEND_AFTER_S)
@@ -144,9 +145,9 @@ def test_unacknowledged_rows_are_resent_intact_after_100_ms_go_back_n():
     assert again == first  # everything unacknowledged, in order, byte for byte
     assert board.counters.resends == 50 and board.counters.ack_timeouts == 1
     # a cumulative ACK for row 24 (the oldest unacknowledged is row 0) clears everything up to it
-    row_24 = (board._oldest_seq() + 24) % 2**32
+    row_24 = (board.in_flight.oldest_seq() + 24) % 2**32
     board.feed(encode_packet(encode_segment(FLAG_ACK, host.last_delivered, row_24), None), RESEND_AFTER_S)
-    assert board._inflight_count == 50 - 25
+    assert board.in_flight.count == 50 - 25
     board.tick(RESEND_AFTER_S * 2)
     packets = PacketSplitter().feed(bytes(board.out)).bodies
     assert len(packets) == 50 - 25
