@@ -18,7 +18,7 @@ The sweep varies the bound, not the staging: decisive conditions that map to a c
 staged (the output says so); conditions the chamber cannot realise still make every row inconclusive.
 
 Output: a `SweepResult` (to_dict → JSON with decimal strings, exact digits), `write_sweep_csv`, and
-`plot_sweep` (matplotlib.figure.Figure on the Agg canvas, no pyplot state).
+`sweep_figure`/`plot_sweep` (matplotlib.figure.Figure on the Agg canvas, no pyplot state).
 """
 
 from __future__ import annotations
@@ -213,38 +213,53 @@ def write_sweep_csv(result: SweepResult, path: Path) -> Path:
 _COLOURS = {"pass": "#2e7d32", "inconclusive": "#f9a825", "fail": "#c62828", "error": "#616161"}
 
 
-def plot_sweep(result: SweepResult, path: Path, *, dpi: int = 120) -> Path:
-    """Draw the sweep: the measurement m with its band m ± c, the bound's path, and verdict regions by step.
+def sweep_figure(result: SweepResult) -> Any:
+    """The sweep as a matplotlib Figure (Agg canvas, no pyplot state): the signed distance d at each stated bound.
 
-    x: step number along the path; y: value in the claim's unit. Uses matplotlib.figure.Figure with the Agg
-    canvas directly, so no pyplot global state is created or leaked.
+    x: the stated bound in the claim's unit, in path order (left to right); y: d in the claim's unit, with the
+    band |d| ≤ c, the measurement m marked on x, and each step's verdict as the background colour. Both axes
+    show plain values (no offset label such as "+9.452e2" — a reader must not have to add it back) and every
+    text is at least 8 pt.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
+    from matplotlib.ticker import ScalarFormatter
 
-    fig = Figure(figsize=(7.5, 4.2))
+    fig = Figure(figsize=(7.5, 4.4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    xs = list(range(len(result.rows)))
-    ys = [float(r.bound) for r in result.rows]
+    xs = [float(r.bound) for r in result.rows]
+    ds = [float(r.distance) for r in result.rows]
     m, c = float(result.measured_value), float(result.combined_uncertainty)
-    for x, r in zip(xs, result.rows):
-        ax.axvspan(x - 0.5, x + 0.5, color=_COLOURS.get(r.verdict, "#9e9e9e"), alpha=0.18, linewidth=0)
-    ax.axhspan(m - c, m + c, color="#1565c0", alpha=0.15, label=f"m ± c (c = {result.combined_uncertainty})")
-    ax.axhline(m, color="#1565c0", linewidth=1.2, label=f"m = {result.measured_value} {result.unit}")
-    ax.plot(xs, ys, color="black", linewidth=1.0, marker="o", markersize=3, label=f"stated {result.bound_name}")
-    flips = [x for x, r in zip(xs, result.rows) if r.flip_point]
-    ax.plot(flips, [ys[i] for i in flips], linestyle="none", marker="D", color="#6a1b9a", markersize=6,
-            label="flip points m ± c")
+    edges = [xs[0] - (xs[1] - xs[0]) / 2] + [(a + b) / 2 for a, b in zip(xs, xs[1:])] + [xs[-1] + (xs[-1] - xs[-2]) / 2]
+    for lo, hi, r in zip(edges, edges[1:], result.rows):
+        ax.axvspan(lo, hi, color=_COLOURS.get(r.verdict, "#9e9e9e"), alpha=0.18, linewidth=0)
+    ax.axhspan(-c, c, color="#1565c0", alpha=0.12, label=f"|d| ≤ c (c = {result.combined_uncertainty} {result.unit})")
+    ax.axvline(m, color="#1565c0", linewidth=1.2, label=f"m = {result.measured_value} {result.unit}")
+    ax.plot(xs, ds, color="black", linewidth=1.0, marker="o", markersize=3, label="d at each step")
+    flips = [i for i, r in enumerate(result.rows) if r.flip_point]
+    ax.plot([xs[i] for i in flips], [ds[i] for i in flips], linestyle="none", marker="D", color="#6a1b9a",
+            markersize=6, label="flip points (bound = m ± c)")
     handles, _labels = ax.get_legend_handles_labels()
     handles += [Patch(color=_COLOURS[k], alpha=0.3, label=k) for k in ("pass", "inconclusive", "fail")]
-    ax.legend(handles=handles, fontsize=7, loc="best")
-    ax.set_xlabel("step along the bound's path")
-    ax.set_ylabel(f"value ({result.unit})")
-    ax.set_title(f"{result.claim_id}: verdict as the stated {result.bound_name} moves through m", fontsize=9)
-    ax.ticklabel_format(axis="y", useOffset=True)
+    ax.legend(handles=handles, fontsize=8, loc="best")
+    stated = "stated value" if result.bound_name == "value" else f"stated {result.bound_name} bound"
+    ax.set_xlabel(f"{stated} ({result.unit})", fontsize=9)
+    ax.set_ylabel(f"signed distance d ({result.unit})", fontsize=9)
+    ax.set_title(f"{result.claim_id}: verdict as the {stated} moves through m", fontsize=10)
+    for axis in (ax.xaxis, ax.yaxis):
+        plain = ScalarFormatter(useOffset=False)
+        plain.set_scientific(False)
+        axis.set_major_formatter(plain)
+    ax.tick_params(labelsize=8.5)
+    ax.set_xlim(edges[0], edges[-1])  # edges run in path order: a shrinking bound reads left to right
     fig.tight_layout()
+    return fig
+
+
+def plot_sweep(result: SweepResult, path: Path, *, dpi: int = 120) -> Path:
+    """Write `sweep_figure(result)` as a PNG at `path`."""
     path = Path(path)
-    fig.savefig(path, dpi=dpi)
+    sweep_figure(result).savefig(path, dpi=dpi)
     return path

@@ -118,3 +118,30 @@ def test_plot_writes_a_png_without_pyplot_figures(tmp_path, claims):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if "matplotlib.pyplot" in sys.modules:  # whoever imported pyplot: we must not have left a figure in it
         assert sys.modules["matplotlib.pyplot"].get_fignums() == []
+
+
+def _texts_and_sizes(fig):
+    fig.canvas.draw()  # tick labels and offset texts are filled in at draw time
+    (ax,) = fig.axes
+    ticks = [t for axis in (ax.xaxis, ax.yaxis) for t in axis.get_ticklabels() if t.get_text()]
+    legend = ax.get_legend().get_texts()
+    return ax, ticks, legend
+
+
+@pytest.mark.parametrize("claim_id, measured, u, x_label", [
+    ("dps310-operating-range", "945.259", "0.016", "stated high bound (hPa)"),
+    ("acs70331-bandwidth", "1.05", "0.02", "stated value (MHz)"),
+])
+def test_the_figure_reads_without_an_offset_with_units_on_both_axes_and_8_pt_text(claims, claim_id, measured, u,
+                                                                                  x_label):
+    from protocols.sweep import sweep_figure
+
+    result = sweep(claims[claim_id], measured, u)
+    ax, ticks, legend = _texts_and_sizes(sweep_figure(result))
+    assert ax.xaxis.get_offset_text().get_text() == "" and ax.yaxis.get_offset_text().get_text() == ""
+    assert ax.get_xlabel() == x_label
+    assert ax.get_ylabel() == f"signed distance d ({result.unit})"
+    x_values = [float(t.get_text().replace("\u2212", "-")) for t in ax.xaxis.get_ticklabels() if t.get_text()]
+    lo, hi = sorted(float(r.bound) for r in (result.rows[0], result.rows[-1]))
+    assert x_values and all(lo - 1 <= v <= hi + 1 for v in x_values)  # plain bound values, not offsets from one
+    assert min(t.get_fontsize() for t in [*ticks, *legend, ax.xaxis.label, ax.yaxis.label, ax.title]) >= 8
