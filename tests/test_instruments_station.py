@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 import bench_cli
+from chamber import selection
 from chamber.instruments import StationError, check_station, load_station_file, open_station, sim_station_file
 
 
@@ -74,7 +75,7 @@ def test_cli_station_check_json(capsys):
 
 def test_cli_check_with_a_bad_station_stages_nothing(tmp_path, monkeypatch, capsys):
     opened = []
-    monkeypatch.setattr(bench_cli, "open_selected_chambers", lambda args: opened.append(args) or {})
+    monkeypatch.setattr(selection, "open_chambers", lambda *args, **kwargs: opened.append(args) or {})
     wrong = _write_station(tmp_path, lambda d: d["instruments"]["thermal_stage"]["idn"].update(model="TC-999"))
     code = bench_cli.main(["check", "--all", "--backend", "sim", "--station", str(wrong), "--json"])
     assert code == 2

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from bench_cli import PROJECT_ROOT, run_checks
+from bench_cli import PROJECT_ROOT
 from chamber import open_chamber
 from protocols.claims import get_claim, load_claims
+from protocols.lab_job import grade_claims
 from protocols.runner import ProtocolContext, check_claim
 from simulator.board import running_board
 from simulator.board_protocol import BoardFaults
@@ -34,7 +35,7 @@ def sim_chambers():
 @pytest.fixture(scope="module")
 def all_results(sim_chambers):
     claims = list(load_claims().values())
-    return {r.claim.id: r for r in run_checks(claims, sim_chambers, rows=200)}
+    return {r.claim.id: r for r in grade_claims(claims, sim_chambers, rows=200)}
 
 
 def test_operating_range_passes_near_945_hpa_with_a_few_hundredths_u(all_results):

@@ -51,6 +51,13 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
     for record in records:
         validate_record(record)  # schema, order, no chamber call before the freeze, blob hashes
     assert summary["agent"]["phase_two"] is True
+    prov = summary["provenance"]  # where the results came from, for the top of the report (issue 19)
+    assert prov["model"] == "scripted:reader" and prov["seed"] == 0 and prov["limits"] is None
+    assert prov["station"].endswith(".yaml") and prov["software_version"] == "0.1.0" and prov["seconds"] > 0
+    assert sorted(c["kind"] for c in prov["chambers"]) == ["lt", "wt"]
+    assert all(c["emulated"] and c["port"].startswith("/dev/") and c["config"] for c in prov["chambers"])
+    assert prov["claims_sources"] == ["protocols/data/claims", "protocols/data/chamber_parts"]
+    assert json.loads((run_dir / "summary.json").read_text())["provenance"] == prov
     assert summary["live_view"].startswith("http://127.0.0.1:")  # the grading could be watched live
     assert summary["link"]["wt"]["crc_failures"] == 0 and summary["link"]["wt"]["segments_received"] > 0
     report = (run_dir / "report.md").read_text()

@@ -1,0 +1,190 @@
+"""A run's folder: its id, the lock that makes it one process's, resuming an interrupted one, its provenance.
+
+Why a lock: two `run` processes on one runs folder used to pick the same second-resolution id (or both resume
+the same interrupted run) and interleave their cell records, and both reported a clean run. Now a run folder is
+created with an atomic mkdir (a clash takes the next free id, `<stamp>-2`, ...) and held with an exclusive
+`flock` on `<run>/.run.lock` for the whole run. The kernel drops the lock when the process dies, even by
+SIGKILL, so an interrupted run can be resumed by the next process while a live one is never touched: the
+default resume skips a folder that is held (and starts a new run), and an explicit `--resume` of a held folder
+is refused with RunLocked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.runindex import RunIndex
+
+LOCK_NAME = ".run.lock"
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be used as asked (not a directory)."""
+
+
+class RunLocked(RunFolderError):
+    """The run folder is held by another live `run` process."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat(timespec="seconds")
+
+
+def _try_lock(run_dir: Path) -> int | None:
+    """An open descriptor holding the folder's exclusive lock, or None when another process holds it."""
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _holder(run_dir: Path) -> str:
+    try:
+        return (run_dir / LOCK_NAME).read_text().strip() or "?"
+    except OSError:
+        return "?"
+
+
+@dataclass
+class RunFolder:
+    """An open run: `run_dir` is held by this process until `close()`; `index` is the runs folder's index."""
+
+    run_id: str
+    run_dir: Path
+    index: RunIndex
+    resumed: bool
+    started: datetime
+    _fd: int | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+        self.index.close()
+
+    def __enter__(self) -> "RunFolder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def interrupted_runs(index: RunIndex, backend: str) -> list[Path]:
+    """Unfinished runs on `backend` (newest first) up to the newest finished one: the candidates to resume."""
+    found = []
+    for row in reversed(list(index.runs())):
+        if row.backend != backend:
+            continue
+        if row.status == "finished":
+            break
+        if Path(row.run_dir).is_dir():
+            found.append(Path(row.run_dir))
+    return found
+
+
+def open_run_folder(runs_dir: Path, backend: str, *, resume: Path | None = None, new: bool = False,
+                    clock: Callable[[], datetime] = utc_now) -> RunFolder:
+    """Resume `resume` (refused if another process holds it), else the newest interrupted run on `backend` that no
+    process holds (unless `new`), else a new folder named by `clock`'s UTC second. The run is marked running in
+    the index."""
+    runs_dir = Path(runs_dir).resolve()
+    index = RunIndex(runs_dir / "index.sqlite")
+    try:
+        run_dir, fd = _choose(runs_dir, index, backend, resume, new, clock)
+    except BaseException:
+        index.close()
+        raise
+    started = clock()
+    resumed = run_dir.name in {r.run_id for r in index.runs()} or resume is not None
+    index.start_run(run_dir.name, run_dir, _iso(started), backend)
+    return RunFolder(run_dir.name, run_dir, index, resumed, started, fd)
+
+
+def _choose(runs_dir: Path, index: RunIndex, backend: str, resume: Path | None, new: bool,
+            clock: Callable[[], datetime]) -> tuple[Path, int]:
+    if resume is not None:
+        run_dir = Path(resume).resolve()
+        if not run_dir.is_dir():
+            raise RunFolderError(f"--resume: {run_dir} is not a run directory")
+        fd = _try_lock(run_dir)
+        if fd is None:
+            raise RunLocked(f"run folder {run_dir} is in use by another run (pid {_holder(run_dir)}); "
+                            "expected a folder no process holds: wait for it, or start a new run with --new")
+        return run_dir, fd
+    for run_dir in ([] if new else interrupted_runs(index, backend)):
+        fd = _try_lock(run_dir)
+        if fd is not None:
+            return run_dir, fd
+    stamp = clock().strftime("%Y%m%dT%H%M%SZ")
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        run_dir = runs_dir / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            run_dir.mkdir()  # atomic: exactly one process creates a given folder
+        except FileExistsError:
+            continue
+        fd = _try_lock(run_dir)
+        if fd is not None:
+            return run_dir, fd
+    raise RunFolderError(f"{runs_dir}: no free run id for {stamp} after 999 tries")
+
+
+class ChamberProvenance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["wt", "lt"]
+    port: str
+    emulated: bool
+    config: str
+
+
+class Provenance(BaseModel):
+    """Where a run's results came from, for the top of the report (issue 19)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    software_version: str
+    started_utc: str
+    finished_utc: str
+    seconds: float
+    seed: int | None
+    model: str | None
+    chambers: list[ChamberProvenance]
+    station: str | None
+    limits: str | None
+    claims_sources: list[str]
+
+
+def software_version() -> str:
+    """The installed chamberlab package's version."""
+    try:
+        return metadata.version("chamberlab")
+    except metadata.PackageNotFoundError:
+        return "unknown (package not installed)"
+
+
+def provenance(folder: RunFolder, *, finished: datetime, seed: int | None, model: str | None,
+               chambers: list[dict[str, Any]], station: str | None, limits: str | None,
+               claims_sources: list[str]) -> dict[str, Any]:
+    """The run's provenance as summary["provenance"] holds it (validated, then plain JSON types)."""
+    return Provenance(software_version=software_version(), started_utc=_iso(folder.started),
+                      finished_utc=_iso(finished), seconds=round((finished - folder.started).total_seconds(), 1),
+                      seed=seed, model=model, chambers=[ChamberProvenance(**c) for c in chambers],
+                      station=station, limits=limits, claims_sources=claims_sources).model_dump(mode="json")

@@ -1,0 +1,179 @@
+"""Opening the chambers a command was asked for, and leaving them safe: one way for every command.
+
+Why: `chamber info/measure/run/shell`, `calibrate`, `check`, `sweep`, `serve` and `run` each opened chambers their
+own way (YAML params here, JSON there, a duplicate-chamber check only in `serve`, no boot timeout in most). A
+`ChamberSelection` says what to open; `open_chambers` opens it and returns `OpenChambers`, which closes every
+chamber through its safe state (chamber/safe_state.py) on exit, also when opening the second chamber fails.
+
+Backends: `serial` (pyserial URLs: device paths, ptys, socket://; the kind is what the board announces),
+`sim` (the emulated firmware in this process) and `emulated` (emulated boards on ptys, reached through the real
+serial driver, as `make run` does; chamber/emulated.py starts them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from chamber.driver import Chamber
+from chamber.errors import ChamberError
+from chamber.limits import OperatorLimits, load_limits, read_settings_file
+from chamber.safe_state import SafeOutcome, SafeState, check_safe_state, safe_close
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["wt", "lt"]
+
+
+class SelectionError(ChamberError, ValueError):
+    """A selection that cannot be opened as asked (missing port, contradictory options, two boards of one kind)."""
+
+
+class ChamberSelection(BaseModel):
+    """What to open. `kinds` is used by `sim` and `emulated` (a serial board says what it is). `one_chamber`: the
+    limits file applies as given, so a file for the other chamber is refused; otherwise a file for one chamber
+    limits that one only while both are connected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["serial", "sim", "emulated"] = "sim"
+    ports: tuple[str, ...] = ()
+    kinds: tuple[Kind, ...] = ("wt", "lt")
+    config: str = "standard"
+    seed: int = 0
+    params: Path | None = None
+    limits: Path | None = None
+    boot_timeout: float = 6.0
+    one_chamber: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ChamberSelection":
+        if self.backend == "serial" and not self.ports:
+            raise ValueError("backend serial needs a port URL (--port: device path, pty or socket://host:port; "
+                             "or the simulator, --backend sim)")
+        if self.backend != "serial" and self.ports:
+            raise ValueError(f"backend {self.backend} and a port URL exclude each other; got {', '.join(self.ports)}")
+        if not self.kinds:
+            raise ValueError("expected at least one chamber kind (wt, lt)")
+        return self
+
+
+def selection_of(backend: str | None, ports: list[str] | None, **fields: Any) -> ChamberSelection:
+    """The selection from command-line values: `backend` None means serial with ports, else the simulator."""
+    chosen = backend or ("serial" if ports else "sim")
+    try:
+        return ChamberSelection(backend=chosen, ports=tuple(ports or ()), **fields)
+    except ValidationError as exc:  # one line naming what was expected, not pydantic's multi-line text
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SelectionError((f"{where}: " if where else "") + first["msg"].removeprefix("Value error, ")) from None
+
+
+def read_params(path: str | Path | None) -> dict[str, Any] | None:
+    """A simulator parameter file (YAML or JSON, the one settings reader) as a mapping, or None without a file."""
+    if path is None:
+        return None
+    data = read_settings_file(path)
+    if not isinstance(data, dict):
+        raise SelectionError(f"{path}: expected a mapping of simulator parameters, got {type(data).__name__}")
+    return data
+
+
+@dataclass
+class OpenChambers:
+    """Connected chambers by kind; leaving the `with` block (or `close()`) applies the safe state and closes.
+
+    `safe`: the state to leave them in (None: each chamber's limits file's `safe:` section, else the default);
+    `make_safe=False` closes without setting anything (a command that changed nothing, like `chamber info`).
+    `warn` receives one line per chamber whose safe state could not be applied. `ports` and `emulated` say
+    where each chamber was found, for a run's provenance."""
+
+    chambers: dict[str, Chamber] = field(default_factory=dict)
+    ports: dict[str, str] = field(default_factory=dict)
+    emulated: bool = False
+    safe: SafeState | None = None
+    make_safe: bool = True
+    warn: Callable[[str], None] = lambda message: log.warning(message)
+    outcomes: list[SafeOutcome] = field(default_factory=list)
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def close(self) -> list[SafeOutcome]:
+        """Safe state then close, for every chamber (best effort), then stop any emulated boards."""
+        for chamber in self.chambers.values():
+            if not self.make_safe:
+                chamber.close()
+                continue
+            outcome = safe_close(chamber, self.safe)
+            self.outcomes.append(outcome)
+            if outcome.error:
+                self.warn(f"warning: safe state not applied on {outcome.chamber}: {outcome.error}")
+        self.chambers = {}
+        self._stack.close()
+        return self.outcomes
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """One entry per chamber: kind, port (URL, or "in-process"), emulated, board configuration."""
+        return [{"kind": kind, "port": self.ports.get(kind, "in-process"), "emulated": self.emulated,
+                 "config": c.config} for kind, c in sorted(self.chambers.items())]
+
+    def __enter__(self) -> "OpenChambers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _limits(selection: ChamberSelection) -> OperatorLimits | None:
+    if selection.limits is None:
+        return None
+    limits = load_limits(selection.limits)
+    return limits if selection.one_chamber else limits.covering()
+
+
+def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None, make_safe: bool = True,
+                  warn: Callable[[str], None] | None = None,
+                  on_connect: Callable[[str, Chamber, str], None] = lambda kind, chamber, where: None) -> OpenChambers:
+    """Open every chamber of `selection` (each connected: reset, announced, limits checked against it).
+
+    A given `safe` state is checked against each chamber at once, so a typo in it stops the command before any
+    work. Two boards announcing the same chamber are refused. On any failure the chambers already opened are
+    left safe and closed before the error propagates. `on_connect(kind, chamber, where)` reports each one."""
+    from chamber import open_chamber
+    from firmware_bridge.session import Timing
+
+    limits = _limits(selection)
+    params = read_params(selection.params)
+    opened = OpenChambers(safe=safe, make_safe=make_safe, emulated=selection.backend == "emulated",
+                          **({"warn": warn} if warn is not None else {}))
+    try:
+        urls = list(selection.ports)
+        if selection.backend == "emulated":
+            from chamber.emulated import start_emulated_boards
+
+            urls = list(start_emulated_boards(opened._stack, selection.kinds, seed=selection.seed).values())
+        if selection.backend == "sim":
+            for kind in selection.kinds:
+                opened.chambers[kind] = open_chamber(backend="sim", chamber=kind, config=selection.config,
+                                                     seed=selection.seed, params=params, limits=limits)
+                on_connect(kind, opened.chambers[kind], "in-process")
+        for url in urls:
+            c = open_chamber(url, backend="serial", limits=limits, timing=Timing(boot_timeout=selection.boot_timeout))
+            kind = c.layout.chamber
+            if kind in opened.chambers:
+                safe_close(c, safe)
+                raise SelectionError(f"two boards announce chamber {kind!r}: {opened.ports[kind]} and {url}; "
+                                     "expected one board per chamber")
+            opened.chambers[kind], opened.ports[kind] = c, url
+            on_connect(kind, c, url)
+        if safe is not None:
+            for c in opened.chambers.values():
+                check_safe_state(c, safe)
+    except BaseException:
+        opened.close()
+        raise
+    return opened

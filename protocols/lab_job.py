@@ -1,0 +1,167 @@
+"""The lab part of the main job: grade every claim on the chambers, then with the station, sweep, link counters.
+
+Why its own module: this is the chamber work of `run` (protocols floor: the runner, the sweep, the station's
+envelope), with everything it touches passed in (the connected chambers, the run folder, the rows, the station
+file, a progress sink), so a test can drive it without the command line and the CLI only renders its summary.
+The agent's part (agent/agent_job.py) reaches the chambers only through the tools API started here.
+
+Files written into the run folder: calibration.json, checks.json, station_checks.json, sweep.json/.csv/.png and
+link.json, each whole or not at all (protocols/files.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from protocols.claims import Claim
+from protocols.files import write_json_atomic
+from protocols.runner import CheckResult, ProtocolContext, run_batch
+
+SWEEP_CLAIM = "dps310-operating-range"
+"""The claim whose live reading the main job's perturbation sweep holds fixed (the seed paper's figure)."""
+
+
+class JobProgress(Protocol):
+    """Where a job reports: `start` a stage of `total` steps, `advance` one step with a note, `say` a line.
+    The library calls it; the CLI renders it (a progress bar on a terminal, plain lines otherwise)."""
+
+    def start(self, label: str, total: int) -> None: ...
+
+    def advance(self, note: str) -> None: ...
+
+    def say(self, message: str) -> None: ...
+
+
+class Quiet:
+    """A JobProgress that shows nothing (tests, library callers)."""
+
+    def start(self, label: str, total: int) -> None:
+        pass
+
+    def advance(self, note: str) -> None:
+        pass
+
+    def say(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class LabOutcome:
+    """What the lab part produced: the chamber-only results, the summary entries, the calibration record."""
+
+    results: list[CheckResult]
+    summary: dict[str, Any] = field(default_factory=dict)
+    calibration: Any = None
+
+
+def count(items: Iterable[Any]) -> dict[str, int]:
+    """How many of each value (verdicts, outcomes), keyed by its text."""
+    return dict(Counter(str(item) for item in items))
+
+
+def _steps(progress: JobProgress) -> Callable[[str], None]:
+    """The runner's progress lines: each '[i/N] claim ...' line is one step of the stage."""
+    return lambda message: progress.advance(message) if message.startswith("[") else None
+
+
+def grade_claims(claims: Sequence[Claim], chambers: Mapping[str, Any], *, rows: int, calibration: Any = None,
+                 report: Callable[[str], None] = lambda m: None, station: Any = None) -> list[CheckResult]:
+    """Grade claims as one planned batch (protocols/runner.py); the wind tunnel is calibrated in the same plan
+    when one is connected and no record was given."""
+    context = ProtocolContext(chambers=chambers, calibration=calibration, rows=rows, progress=report,
+                              station=station)
+    return run_batch(claims, context, calibrate=True).results
+
+
+def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: Path, *, rows: int,
+                station_file: str | Path | None, progress: JobProgress = Quiet(),
+                graded: Callable[[Claim], None] = lambda claim: None,
+                on_verdicts: Callable[[list[dict[str, Any]]], None] = lambda checks: None) -> LabOutcome:
+    """Calibrate and grade `claims` on `chambers`, sweep the live operating-range reading, grade again with the
+    station of `station_file` (None: chamber alone), and record the link counters; files go into `run_dir`.
+    `on_verdicts` receives the chamber-only verdicts as soon as they are written (the run index records them)."""
+    from calibration.records import save_record
+
+    progress.start("checks", len(claims))
+    batch = run_batch(claims, ProtocolContext(chambers=chambers, rows=rows, progress=_steps(progress),
+                                              graded=graded), calibrate=True)
+    if batch.record is not None:
+        save_record(batch.record, run_dir / "calibration.json")
+    elif batch.calibration_error:
+        progress.say(f"calibration failed: {batch.calibration_error}")
+    checks = [r.to_dict() for r in batch.results]
+    write_json_atomic(run_dir / "checks.json", {"results": checks})
+    on_verdicts(checks)
+    summary: dict[str, Any] = {"verdicts": count(r["verdict"] for r in checks),
+                               "sweep": sweep_live_reading(batch.results, run_dir)}
+    if station_file:
+        summary["station"] = grade_with_station(claims, chambers, Path(station_file), run_dir, rows=rows,
+                                                calibration=batch.record, earlier=batch.results, progress=progress)
+    summary["link"] = {kind: c.link_stats() for kind, c in chambers.items()}
+    write_json_atomic(run_dir / "link.json", summary["link"])
+    return LabOutcome(batch.results, summary, batch.record)
+
+
+def grade_with_station(claims: Sequence[Claim], chambers: Mapping[str, Any], station_file: Path, run_dir: Path, *,
+                       rows: int, calibration: Any, earlier: Sequence[CheckResult],
+                       progress: JobProgress = Quiet()) -> dict[str, Any]:
+    """Grade again with the instrument station: which claims become definitive, and the gradable envelope.
+    A claim the station does not change keeps its verdict from `earlier` (same protocol, same chambers)."""
+    from chamber.instruments import open_station
+    from protocols.instrument_protocols import gradable_envelope
+
+    progress.say(f"opening instrument station {station_file}")
+    with open_station(station_file) as station:
+        progress.start("station", len(claims))
+        context = ProtocolContext(chambers=chambers, calibration=calibration, rows=rows, station=station,
+                                  progress=_steps(progress))
+        results = run_batch(claims, context, reuse={r.claim.id: r for r in earlier}).results
+        envelope = gradable_envelope(claims, station)
+    checks = [r.to_dict() for r in results]
+    write_json_atomic(run_dir / "station_checks.json",
+                      {"station": str(station_file), "results": checks, "envelope": envelope})
+    definitive = [r["claim_id"] for r in checks if r["verdict"] in ("pass", "fail")]
+    return {"file": str(station_file), "verdicts": count(r["verdict"] for r in checks), "definitive": definitive}
+
+
+def sweep_live_reading(results: Sequence[CheckResult], run_dir: Path) -> dict[str, Any]:
+    """The perturbation sweep on the live operating-range reading (held fixed, the upper bound moved)."""
+    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
+
+    live = next((r for r in results if r.claim.id == SWEEP_CLAIM), None)
+    if live is None or live.measurement is None or live.measurement.value is None:
+        return {"skipped": "no live operating-range measurement"}
+    m = live.measurement
+    result = sweep(live.claim, m.value, m.u, unit=m.unit, steps=41, dof=m.dof)
+    d = result.to_dict()
+    write_json_atomic(run_dir / "sweep.json", d)
+    write_sweep_csv(result, run_dir / "sweep.csv")
+    plot_sweep(result, run_dir / "sweep.png")
+    # Where the verdict changes: the exact flip points m ± c (closed band: inconclusive at the point itself).
+    return {"claim_id": d["claim_id"], "measured": d["measured"], "combined_uncertainty": d["combined_uncertainty"],
+            "verdict_changes_at": d["flip_points"], "figure": str(run_dir / "sweep.png")}
+
+
+def start_live_view(stack: contextlib.ExitStack, chambers: Mapping[str, Any]) -> tuple[dict[str, Any], str, Any]:
+    """The live view of the grading (a read-only page on 127.0.0.1, closed with `stack`): the chambers wrapped
+    so that what they do is shown, the page's URL, and the `graded` hook that shows which claim is graded."""
+    from protocols.api.live import LiveChamber, LiveFeed, live_app, report_graded
+    from protocols.api.server import serve_in_thread
+
+    feed = LiveFeed()
+    watched = {kind: LiveChamber(c, kind, feed) for kind, c in chambers.items()}
+    url = stack.enter_context(serve_in_thread(live_app(feed))) + "/"
+    return watched, url, report_graded(feed)
+
+
+def start_chamber_api(stack: contextlib.ExitStack, chambers: Mapping[str, Any], run_dir: Path,
+                      claims: Sequence[Claim]) -> str:
+    """The chamber tools API on 127.0.0.1 over the connected chambers, for the agent's phase two; its record of
+    every request goes to `run_dir/api`. Closed with `stack`."""
+    from protocols.api.server import running_api
+
+    return stack.enter_context(running_api(chambers, record_dir=run_dir / "api", claims={c.id: c for c in claims}))
