@@ -116,6 +116,7 @@ class Reading:
     evidence: list[str] = field(default_factory=list)  # pieces a quotation must hold (row cells, the figure)
     context_cells: list[str] = field(default_factory=list)  # the figure's row and its continuation lines
     row_cells: list[str] = field(default_factory=list)  # the figure's own table row
+    figure_cells: list[str] = field(default_factory=list)  # that row from its first figure on (figures, unit, option)
     alternatives: list[str] = field(default_factory=list)  # other ways to quote it, best first
     prose: bool = False
     conditions: dict[str, str] = field(default_factory=dict)

@@ -588,6 +588,8 @@ def table_readings(table: _Table, page: int, phrase: str, qualifiers: set[str], 
             r.evidence = ([anchor_label] if anchor_label and anchor_label not in cells else []) + context_cells
             r.context_cells = context_cells
             r.row_cells = cells
+            first_figure = min(cols[c] for c in _VALUE_COLUMNS if c in cols)
+            r.figure_cells = [c for c in rows[i][first_figure:] if c]
             r.alternatives = [" ".join(cells), r.quote]
             cond_col = cols.get("cond")
             if cond_col is not None:
@@ -712,6 +714,11 @@ def quote_candidates(reading: Reading, lines: list[str]) -> list[str]:
     else:  # the table tool may repeat a group's name on every row: a name the page prints once is let go
         for pieces in (reading.evidence, reading.context_cells, reading.row_cells, reading.row_cells[1:]):
             out.append(quote_window(lines, pieces) or "")
+        # Last, the figure's own cells that the page prints (a cell the table tool reassembled out of order,
+        # "≤ ≤ 3.0V VDD 5.5V", is not printed text): "+0.1 +3.5 LSb 10 kΩ 8-bit 3.0V ≤ VDD ≤ 5.5V".
+        page = _fold(" ".join(lines)).lower()
+        printed = [c for c in reading.figure_cells if (pat := _piece_pattern(c)) is None or pat.search(page)]
+        out.append(quote_window(lines, printed) or "")
     out += reading.alternatives
     seen: set[str] = set()
     return [q for q in out if q and not (q in seen or seen.add(q))]
