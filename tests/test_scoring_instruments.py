@@ -93,6 +93,38 @@ def test_a_pass_resting_on_the_quotation_is_reported_as_such():
     assert not score_fidelity(["1", "MHz"], None).passed
 
 
+ZERO_SCALE = {"value": 0.1, "high": 3.5, "unit": "LSb", "page": 6, "quote": "+0.1 +3.5 LSb 10 kΩ 8-bit 3.0V ≤ VDD ≤ 5.5V"}
+
+
+def test_a_text_needle_that_is_not_the_asked_unit_is_a_row_label_looked_for_in_the_quotation():
+    r = score_fidelity(["+3.5", "LSb", "10 kΩ"], ZERO_SCALE, asked_unit="LSb")
+    assert r.passed and r.basis == "fields" and not r.warnings  # the figure and unit are in the fields
+    assert [n.kind for n in r.needles] == ["number", "unit", "label"] and r.needles[2].matched_in == "quote"
+    other_row = {**ZERO_SCALE, "quote": "+0.1 +6.0 LSb 5 kΩ 8-bit"}
+    assert not score_fidelity(["+3.5", "LSb", "10 kΩ"], other_row, asked_unit="LSb").passed
+    in_conditions = {**ZERO_SCALE, "quote": "+0.1 +3.5 LSb", "conditions": {"resistance": "10 kΩ 8-bit"}}
+    assert score_fidelity(["+3.5", "LSb", "10 kΩ"], in_conditions, asked_unit="LSb").passed
+    # without the asked unit the old reading holds: a text needle is a unit, and the quotation carries the pass
+    assert score_fidelity(["+3.5", "LSb", "10 kΩ"], ZERO_SCALE).basis == "quote"
+
+
+def test_labels_alone_pass_only_on_the_quotation():
+    r = score_fidelity(["below 20%", "operated"], {"high": 20, "unit": "%", "page": 7,
+                                                   "quote": "can be operated at below 20% and will stop"},
+                       asked_unit="updates")
+    assert r.passed and r.basis == "quote" and any(w.startswith("pass_rests_on_quotation") for w in r.warnings)
+
+
+def test_the_cited_page_is_checked_against_the_pages_that_print_the_span_and_reported():
+    right = score_fidelity(["+3.5", "LSb"], ZERO_SCALE, asked_unit="LSb", pages={6})
+    assert right.page == {"cited": 6, "accepted": [6], "matched": True} and right.page_matched
+    wrong = score_fidelity(["+3.5", "LSb"], {**ZERO_SCALE, "page": 5}, asked_unit="LSb", pages={6, 9})
+    assert wrong.page_matched is False and wrong.to_json()["page"]["accepted"] == [6, 9]
+    assert any(w.startswith("wrong_page: page 5 cited") for w in wrong.warnings)
+    assert wrong.passed  # the value fidelity the detector is conditioned on is not changed by the page
+    assert score_fidelity(["+3.5", "LSb"], ZERO_SCALE, asked_unit="LSb").page_matched is None  # not checked
+
+
 # --------------------------------------------------------------------------------------------- detector rules
 def _detect(path: Path, passed: bool = True, grounding=None):
     return detect(facts_from_record(path), passed, grounding=grounding)

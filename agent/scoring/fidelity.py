@@ -6,6 +6,18 @@ numeric needle is compared as a number against the structured fields (value, low
 unit field after Unicode folding (dashes, µ/μ, º/°, ², spacing), and a unit needle found only inside a longer unit
 token is accepted (the paper would have) but flagged. The model's own quotation is consulted last: a pass that
 needs it is reported with basis "quote", because a quotation is text the model wrote, not a value it committed to.
+
+A text needle that is not the unit asked for ("10 kΩ" naming the resistance option of an LSb figure, the symbol
+"INL", "No Missing Codes") is a label: it names the printed row, no structured field can carry it, so it is looked
+for in the unit field, the recorded conditions and the quotation, and finding it in the quotation does not by
+itself make the pass rest on the quotation. A pass with no needle matched in the fields still does.
+
+The page, when the scorer has the document: the cited page should print the claim's verbatim span (its source
+page, or another page where the datasheet's search finds the whole span) or the quotation submitted (the same
+figure on the front page and in a table). The check is reported (`page`, a `wrong_page` warning, `page_matched`)
+but does not change `passed`: `passed` stays the seed paper's value fidelity, the population the silent-failure
+detector is defined over (a closed-book answer with the right value is a corrupt success the detector must catch,
+whatever page it names). Without the document the page is not checked (`page` is None), never failed by guess.
 """
 
 from __future__ import annotations
@@ -13,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from agent.datasheet.normalise import map_chars
 
@@ -44,12 +56,22 @@ def _number(text: str) -> float:
 @dataclass(frozen=True)
 class Needle:
     text: str
-    kind: str  # "number" | "bits" | "unit"
+    kind: str  # "number" | "bits" | "unit" | "label"
     number: float | None = None
 
 
-def classify_needle(needle: str) -> Needle:
-    """A needle is a number (with an optional <, >, ± prefix), an "N-bit" width, or a unit/text token."""
+def _unit_related(needle: str, unit: str) -> bool:
+    """Is the needle a spelling of `unit`: equal, one inside the other (Pa, hPa, PaRMS), or an SI prefix apart?"""
+    n, u = fold_unit(needle), fold_unit(unit)
+    if not n or not u:
+        return False
+    return n == u or n in u or u in n or (len(n) > 1 and n[1:] == u) or (len(u) > 1 and u[1:] == n) \
+        or (len(n) > 1 and len(u) > 1 and n[1:] == u[1:])
+
+
+def classify_needle(needle: str, asked_unit: str | None = None) -> Needle:
+    """A needle is a number (with an optional <, >, ± prefix), an "N-bit" width, a unit, or — when the unit asked
+    for is known and the text is no spelling of it — a label naming the printed row."""
     folded = map_chars(needle).strip()
     m = _BIT_NEEDLE.match(folded)
     if m:
@@ -57,6 +79,8 @@ def classify_needle(needle: str) -> Needle:
     m = _NUMERIC_NEEDLE.match(folded.replace(" ", ""))
     if m:
         return Needle(needle, "number", _number(m.group("num")))
+    if asked_unit is not None and not _unit_related(needle, asked_unit):
+        return Needle(needle, "label")
     return Needle(needle, "unit")
 
 
@@ -93,10 +117,17 @@ class FidelityResult:
     needles: list[NeedleResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     reason: str = ""
+    page: dict[str, Any] | None = None  # {"cited", "accepted", "matched"}; None: the page was not checked
+
+    @property
+    def page_matched(self) -> bool | None:
+        """Does the cited page print the claim's span or the quotation? None: not checked."""
+        return None if self.page is None else bool(self.page["matched"])
 
     def to_json(self) -> dict[str, Any]:
         return {"scored": self.scored, "passed": self.passed, "basis": self.basis, "reason": self.reason,
-                "warnings": list(self.warnings), "needles": [n.to_json() for n in self.needles]}
+                "warnings": list(self.warnings), "needles": [n.to_json() for n in self.needles],
+                "page": self.page}
 
 
 def _unit_match(needle: str, unit: str, asked_unit: str | None) -> tuple[bool, bool, str]:
@@ -130,9 +161,22 @@ def _quote_has_token(quote: str, needle: str) -> tuple[bool, bool]:
     return False, n in q
 
 
+def _label_match(needle: str, unit: str, conditions: Any, quote: str) -> tuple[str | None, str]:
+    """Where a label needle is found: the unit field ("fields"), else the recorded conditions or the quotation."""
+    if fold_unit(needle) and fold_unit(needle) == fold_unit(unit):
+        return "fields", f"label {needle!r} is the submitted unit"
+    texts = [str(v) for v in conditions.values()] if isinstance(conditions, dict) else []
+    for where, text in [("the recorded conditions", " ".join(texts)), ("the quotation", quote)]:
+        found, _ = _quote_has_token(text, needle) if text else (False, False)
+        if found:
+            return "quote", f"label {needle!r} is in {where}"
+    return None, f"label {needle!r} is neither the unit, in the conditions, nor in the quotation"
+
+
 def score_fidelity(needles: Iterable[str], extraction: dict[str, Any] | None, *,
-                   asked_unit: str | None = None) -> FidelityResult:
-    """Score one frozen extraction ({value, low, high, unit, quote, ...}) against the claim's needles."""
+                   asked_unit: str | None = None, pages: Collection[int] | None = None) -> FidelityResult:
+    """Score one frozen extraction ({value, low, high, unit, page, quote, ...}) against the claim's needles and,
+    when `pages` is given, the pages its span is printed on."""
     needles = list(needles)
     if not needles:
         return FidelityResult(False, False, None, reason="the claim has no needles")
@@ -145,7 +189,7 @@ def score_fidelity(needles: Iterable[str], extraction: dict[str, Any] | None, *,
     results: list[NeedleResult] = []
     warnings: list[str] = []
     for raw in needles:
-        nd = classify_needle(raw)
+        nd = classify_needle(raw, asked_unit)
         r = NeedleResult(raw, nd.kind, None)
         if nd.kind == "number":
             hit = next((x for x in numbers if _close(x, nd.number)), None)
@@ -162,6 +206,8 @@ def score_fidelity(needles: Iterable[str], extraction: dict[str, Any] | None, *,
                 r.matched_in, r.detail = "quote", f"{raw!r} appears only in the quotation"
             else:
                 r.detail = f"no submitted number is a {int(nd.number)}-bit width or range"
+        elif nd.kind == "label":
+            r.matched_in, r.detail = _label_match(raw, unit, extraction.get("conditions"), quote)
         else:
             ok, longer, detail = _unit_match(raw, unit, asked_unit)
             if ok:
@@ -178,17 +224,34 @@ def score_fidelity(needles: Iterable[str], extraction: dict[str, Any] | None, *,
         if r.longer_token:
             warnings.append(f"unit_needle_in_longer_token: {r.detail}")
         results.append(r)
+    page = None
+    if pages is not None:
+        cited = extraction.get("page")
+        ok = isinstance(cited, int) and not isinstance(cited, bool) and cited in pages
+        page = {"cited": cited, "accepted": sorted(pages), "matched": ok}
+        if not ok:
+            warnings.append(f"wrong_page: page {cited!r} cited; the claim's span or the quotation is printed on "
+                            f"page(s) {sorted(pages)}")
     missing = [r.needle for r in results if r.matched_in is None]
     if missing:
-        return FidelityResult(True, False, None, results, warnings, reason=f"needle(s) not matched: {missing}")
-    quote_only = [r.needle for r in results if r.matched_in == "quote"]
+        return FidelityResult(True, False, None, results, warnings, reason=f"needle(s) not matched: {missing}",
+                              page=page)
+    quote_only = [r.needle for r in results if r.matched_in == "quote" and r.kind != "label"]
+    if not any(r.matched_in == "fields" for r in results):
+        quote_only = [r.needle for r in results]  # labels alone: nothing the model committed to carries a needle
     if quote_only:
         warnings.append(f"pass_rests_on_quotation: {quote_only} matched only in the model's own quotation")
         return FidelityResult(True, True, "quote", results, warnings,
-                              reason=f"passes only with the quotation's help for {quote_only}")
-    return FidelityResult(True, True, "fields", results, warnings, reason="every needle matched the fields")
+                              reason=f"passes only with the quotation's help for {quote_only}", page=page)
+    labels = [r.needle for r in results if r.kind == "label" and r.matched_in == "quote"]
+    reason = "every needle matched the fields" + (f" (labels {labels} in the quotation or conditions)" if labels else "")
+    return FidelityResult(True, True, "fields", results, warnings, reason=reason, page=page)
 
 
-def score_claim(claim: Any, extraction: dict[str, Any] | None) -> FidelityResult:
-    """`score_fidelity` with protocols' Claim (its source.needles and the unit the prompt asked for)."""
-    return score_fidelity(claim.source.needles, extraction, asked_unit=str(claim.unit))
+def score_claim(claim: Any, extraction: dict[str, Any] | None, *,
+                printed_pages: Iterable[int] | None = None) -> FidelityResult:
+    """`score_fidelity` with protocols' Claim: its source.needles, the unit the prompt asked for and, when the
+    scorer searched the document (`printed_pages`: where it found the whole span or quotation), the right pages:
+    those and the claim's source page."""
+    pages = None if printed_pages is None else {int(claim.source.page)} | {int(p) for p in printed_pages}
+    return score_fidelity(claim.source.needles, extraction, asked_unit=str(claim.unit), pages=pages)

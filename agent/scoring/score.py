@@ -95,6 +95,20 @@ def _pdf_for(claim: Any, facts: CellFacts, datasheets_dir: Path | None) -> Path 
     return Path(path) if path and Path(path).exists() else None
 
 
+def _printed_pages(claim: Any, facts: CellFacts, searcher: DatasheetSearcher | None,
+                   datasheets_dir: Path | None) -> list[int] | None:
+    """Pages on which the datasheet's own search finds the claim's whole span or the submitted quotation whole (a
+    figure may be printed twice, e.g. on the front page and in its table); None without a searcher or the document,
+    and then the cited page is not checked."""
+    pdf = _pdf_for(claim, facts, datasheets_dir) if searcher is not None else None
+    if pdf is None:
+        return None
+    search = searcher.search_fn(pdf)
+    quote = str((facts.extraction or {}).get("quote") or "")
+    return sorted({int(h["page"]) for text in (str(claim.source.span), quote) if text for h in search(text)
+                   if "page" in h})
+
+
 def _decisive_names(claim: Any) -> list[str]:
     return [c.name for c in getattr(claim, "conditions", []) or [] if c.decisive]
 
@@ -103,7 +117,9 @@ def score_cell(facts: CellFacts, claim: Any, *, searcher: DatasheetSearcher | No
                verdict: str | None = None, prices: PriceTable | None = None) -> dict[str, Any]:
     """Every instrument on one cell; the JSON row of `score`'s output."""
     if facts.source == "record":
-        fid = score_claim(claim, facts.extraction) if claim is not None else None
+        fid = score_claim(claim, facts.extraction,
+                          printed_pages=_printed_pages(claim, facts, searcher, datasheets_dir)) \
+            if claim is not None else None
         fidelity = fid.to_json() if fid is not None else {"scored": False, "passed": None,
                                                           "reason": f"claim {facts.claim_id!r} is not in the claim set"}
         passed = fid.passed if fid is not None and fid.scored else None
@@ -174,6 +190,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cells": len(rows),
         "fidelity_passed": sum(1 for r in rows if r["fidelity"].get("passed")),
         "fidelity_pass_on_quote_only": sum(1 for r in rows if r["fidelity"].get("basis") == "quote"),
+        "fidelity_page_checked": sum(1 for r in rows if (r["fidelity"].get("page") or {}).get("matched") is not None),
+        "fidelity_wrong_page": sum(1 for r in rows if (r["fidelity"].get("page") or {}).get("matched") is False),
         "engine_errors": sum(1 for r in rows if r["outcome"] in ("engine_error", "timeout", "context_exceeded")),
         "detector_evaluated": len(evaluated),
         "flagged": count_with_bound(len(flagged), len(evaluated), "fidelity-passing cells"),
@@ -295,7 +313,8 @@ def score_paths(paths: Iterable[Path | str], *, claims: Mapping[str, Any] | None
                 datasheets_dir: Path | None = None, prices: PriceTable | None = None,
                 ground: bool = True) -> dict[str, Any]:
     """Score every record and imported archive cell under `paths`. `claims` defaults to the packaged claim set;
-    `datasheets_dir` holds the PDFs the source-grounding check searches (None: the records' own paths)."""
+    `datasheets_dir` holds the PDFs the source-grounding check searches (None: the records' own paths). With
+    `ground=False` no document is opened, so fidelity does not check the cited page."""
     if claims is None:
         from protocols.claims import load_claims
 
