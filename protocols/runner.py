@@ -250,7 +250,8 @@ def _resolution_limited(claim: Claim, key: str, precheck: CapabilityCheck) -> Ch
 
 def _unavailable(claim: Claim, key: str | None, exc: ProtocolUnavailable) -> CheckResult:
     """A claim whose chamber is not connected: inconclusive (nothing was tried), the reason names the chamber."""
-    decided = Verdict(claim_id=claim.id, verdict="inconclusive", reason=f"chamber not connected: {exc}",
+    decided = Verdict(claim_id=claim.id, verdict="inconclusive", inconclusive_class="chamber-not-connected",
+                      reason=f"chamber not connected: {exc}",
                       unit=claim.unit, notes=("nothing was staged for this claim",))
     return CheckResult(claim, decided, None, key)
 

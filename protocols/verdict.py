@@ -88,7 +88,7 @@ VerdictName = Literal["pass", "inconclusive", "fail", "error"]
 Zone = Literal["pass", "conditional_pass", "conditional_fail", "fail"]
 InconclusiveClass = Literal[
     "engagement-only", "no-traceable-reference", "unmatched-stimulus", "unmatched-observable", "resolution-limited",
-    "typical-not-guaranteed",
+    "typical-not-guaranteed", "chamber-not-connected",
 ]
 VERDICT_ORDER: dict[str, int] = {"pass": 0, "inconclusive": 1, "fail": 2}
 

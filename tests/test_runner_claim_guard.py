@@ -67,6 +67,7 @@ def test_a_claim_of_a_chamber_not_connected_is_inconclusive_naming_it(chambers):
     context = ProtocolContext(chambers={"lt": chambers["lt"]}, rows=40)
     op, codes = run_batch([get_claim(WT_CLAIM), get_claim(LT_CLAIM)], context, calibrate=True).results
     assert op.verdict.verdict == "inconclusive"
+    assert op.verdict.inconclusive_class == "chamber-not-connected"
     assert op.verdict.reason.startswith("chamber not connected: ")
     assert "wind tunnel ('wt')" in op.verdict.reason and "connected: lt" in op.verdict.reason
     assert op.measurement is None
