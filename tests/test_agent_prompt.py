@@ -10,6 +10,7 @@ import pytest
 from agent.loop import datasheet_local_tools
 from agent.prompt import first_user_message, project_claim, submit_extraction_tool, system_prompt
 from conftest import shared_path
+from protocols.claim_sources import CHAMBER_PARTS_DIR, load_checked_claims
 from protocols.claims import load_claims
 
 
@@ -55,7 +56,10 @@ def _leaks(text: str, strings: set[str], allowed: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def claims():
-    return load_claims()
+    """The packaged 37 and the chamber-part claims (issue 16): every claim the main job may hand the agent."""
+    parts = load_checked_claims([CHAMBER_PARTS_DIR])
+    assert len(parts) >= 12 and not set(parts) & set(load_claims())
+    return {**load_claims(), **parts}
 
 
 def test_projection_holds_only_the_allowlisted_fields(claims):
@@ -98,6 +102,19 @@ def test_prompt_contains_what_the_reader_needs(claims):
     text = first_user_message(project_claim(claim))
     assert claim.parameter in text and f"- unit: {claim.unit}" in text
     assert all(c.name in text for c in claim.conditions)
+
+
+def test_the_chamber_part_prompts_leak_no_secret(claims):
+    """Named once more for the new parts: the allowlisted projection of each chamber-part claim, and nothing of
+    its value, bounds, needles, span or page beyond what the projection itself says."""
+    parts = [c for c in claims.values() if c.id in load_checked_claims([CHAMBER_PARTS_DIR])]
+    for claim in parts:
+        text = first_user_message(project_claim(claim))
+        assert claim.parameter in text and f"- unit: {claim.unit}" in text, claim.id
+        assert not _leaks(text, _forbidden(claim), _allowed_text(claim)), claim.id
+        assert claim.source.span not in text, claim.id
+    xp38 = claims["xp38-crossed-transmission"]
+    assert _leaks(first_user_message(project_claim(xp38)) + " <0.004", _forbidden(xp38), _allowed_text(xp38))
 
 
 def test_the_leak_check_catches_a_planted_value(claims):

@@ -219,3 +219,24 @@ def test_quote_window_in_running_text_is_whole_sentences():
              "operation under dark glass.", "• Up to 128 klx"]
     assert quote_window(lines, ["<100 mlx"], sentence=True) == \
         "<100 mlx resolution possible, allowing operation under dark glass."
+
+
+INL_MD = """| Parameters | Sym | Min | Typ | Max | Units |  | Conditions |
+|---|---|---|---|---|---|---|---|
+| Potentiometer | INL | -1 | ±0.5 | +1 | LSb | 8-bit | 3.0V ≤ VDD ≤ 5.5V |
+| Integral Non-linearity | INL | -0.5 | ±0.25 | +0.5 | LSb | 7-bit (Note | MCP4XX1 devices only 2) |
+| Potentiometer | DNL | -0.5 | ±0.25 | +0.5 | LSb | 8-bit | 3.0V ≤ VDD ≤ 5.5V |
+"""
+
+
+def test_rows_printing_one_symbol_are_one_parameter_and_its_min_max_are_the_range():
+    # MCP4151 p6: the name wraps over the INL sub-rows; the 8-bit row is read, and Typ. "±0.5" between Min. and
+    # Max. leaves the range to them. A short printed symbol is a search phrase of its own.
+    phrases, qualifiers, head = search_phrases("Potentiometer integral non-linearity INL, 8-bit, pot_1")
+    assert "INL" in phrases
+    readings = table_readings(markdown_tables(INL_MD)[0], 6, "Potentiometer integral non-linearity INL",
+                              qualifiers, head, "LSb")
+    best = max(readings, key=lambda r: r.score)
+    assert (best.low, best.high, best.value) == (-1.0, 1.0, None) and "8-bit" in best.row_cells
+    dnl = [r for r in readings if "DNL" in r.row_cells]  # the next parameter, absorbed by its repeated first cell
+    assert all(r.score < best.score for r in dnl)
