@@ -102,6 +102,7 @@ class Chamber:
         self._check_usable()
         if isinstance(n, bool) or int(n) != n or n < 1:
             raise ValueError(f"expected a positive whole number of rows, received {n!r}")
+        self.catalogue.check_measurable(self.state())  # the PID runs only while measuring: bounded on every path
         self._ensure_link()
         block = self._call(self.backend.measure, int(n))
         frame = Frame(

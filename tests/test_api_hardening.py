@@ -220,3 +220,15 @@ def test_run_protocol_refuses_a_later_stage_before_any_set_or_measurement(wt, tm
         assert r.status_code == 422, r.text
         assert r.json()["error"]["code"] == "setting_refused" and refused in r.json()["error"]["message"]
     assert spy.calls == [] and wt.state() == {}
+
+
+def test_the_driver_itself_refuses_a_measurement_the_controller_could_drive_past_a_limit():
+    # Not only the API: `chamber measure/run --limits` go straight to the driver, which must refuse too.
+    c = chamber.open_chamber(backend="sim", chamber="wt", config="pressure-control", seed=11, limits=FAN_CAP)
+    try:
+        with pytest.raises(ControllerUnbounded, match="load_out"):
+            c.measure(3)
+        c.set("load_out", 0.3)
+        assert np.all(c.measure(5).column("load_out") <= np.float32(0.3))
+    finally:
+        c.close()
