@@ -159,17 +159,10 @@ def sweep_measurement(args: Args, claim: Any) -> Any:
     """The fixed measurement of a sweep: from a recorded CSV, or measured live with the claim's protocol."""
     from protocols.lab_job import grade_claims
 
-    if args.recording:
-        if claim.protocol != "dps310.operating_range":
-            raise CliError(f"--recording gives the four-barometer mean (fans off), which measures "
-                           f"dps310-operating-range; {claim.id} uses protocol {claim.protocol!r}. "
-                           "Give --measured/--u, or measure live with --backend sim / --port URL")
-        from calibration.cross_sensor import BAROMETERS
-        from protocols.runner import operating_range_from_columns
-        from simulator.replay import read_recording
+    if args.recording:  # refused naming the rows: unset readings, fans on, another protocol (protocols/recorded.py)
+        from protocols.recorded import operating_range_from_recording
 
-        rec = read_recording(Path(args.recording))
-        return operating_range_from_columns(claim, {b: rec.column(b) for b in BAROMETERS}, rec.layout.config)
+        return operating_range_from_recording(claim, Path(args.recording))
     with open_selected(args) as opened:
         (result,) = grade_claims([claim], opened.chambers, rows=200, report=lambda m: progress(args, m))
     if result.measurement is None or result.measurement.value is None:
