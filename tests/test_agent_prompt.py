@@ -123,3 +123,15 @@ def test_the_leak_check_catches_a_planted_value(claims):
     assert _leaks(prompt + " typically 27.6 ms", _forbidden(claim), _allowed_text(claim)) == ["27.6"]
     assert _leaks(prompt + " see page 9", _forbidden(claim), _allowed_text(claim)) == ["page 9"]
     assert not _leaks(prompt + " 127.65", _forbidden(claim), _allowed_text(claim))
+
+
+def test_no_parameter_name_carries_a_printed_figure_of_its_own_answer(claims):
+    """The allowlist lets the projection through whole, so the parameter text must not itself print a numeric
+    needle (the MCP4151 'Resolution N: 257 taps' once handed a model the figure it was meant to read)."""
+    carriers = {}
+    for claim in claims.values():
+        numeric = [s for s in claim.source.needles if re.fullmatch(r"[-–+]?[\d.]+", s)]
+        found = _leaks(claim.parameter, set(numeric), "")
+        if found:
+            carriers[claim.id] = found
+    assert carriers == {}
