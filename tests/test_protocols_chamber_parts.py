@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bench_cli import PROJECT_ROOT, run_checks
+from bench_cli import PROJECT_ROOT
 from chamber import open_chamber
 from protocols.claim_sources import load_checked_claims
 from protocols.claims import normalise_text
+from protocols.lab_job import grade_claims
 from protocols.registry import protocol_for
 
 FOLDER = PROJECT_ROOT / "protocols" / "data" / "chamber_parts"
@@ -25,7 +26,7 @@ def claims():
 def graded(claims):
     chambers = {kind: open_chamber(backend="sim", chamber=kind, seed=3) for kind in ("wt", "lt")}
     try:
-        return {r.claim.id: r for r in run_checks(list(claims.values()), chambers, rows=60)}
+        return {r.claim.id: r for r in grade_claims(list(claims.values()), chambers, rows=60)}
     finally:
         for c in chambers.values():
             c.close()
@@ -54,13 +55,15 @@ def test_each_claim_names_a_declared_protocol_on_the_chamber_that_carries_the_pa
         assert declaration.chamber in carriers, claim.id
 
 
-def test_the_chamber_alone_grades_eight_new_claims_definitively(graded):
+def test_the_chamber_alone_grades_twelve_new_claims_definitively(graded):
     verdicts = {cid: r.verdict for cid, r in graded.items()}
     definitive = sorted(cid for cid, v in verdicts.items() if v.verdict in ("pass", "fail"))
     assert definitive == ["mcp4151-inl-pot-1", "mcp4151-inl-pot-2",
                           "mcp4151-no-missing-codes-pot-1", "mcp4151-no-missing-codes-pot-2",
                           "mcp4151-zero-scale-error-pot-1", "mcp4151-zero-scale-error-pot-2",
-                          "nf-f12-max-speed-exhaust", "nf-f12-max-speed-intake"]
+                          "nf-f12-max-speed-exhaust", "nf-f12-max-speed-intake",
+                          "nf-f12-pwm-runs-below-20-percent-exhaust", "nf-f12-pwm-runs-below-20-percent-intake",
+                          "nf-f12-pwm-stops-at-zero-duty-exhaust", "nf-f12-pwm-stops-at-zero-duty-intake"]
     for k in ("1", "2"):
         codes = graded[f"mcp4151-no-missing-codes-pot-{k}"]
         assert codes.verdict.verdict == "pass" and codes.measurement.details["non_positive_steps"] == 0
