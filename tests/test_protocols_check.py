@@ -132,10 +132,11 @@ def test_a_firmware_error_during_a_protocol_is_an_error():
     assert "er09" in result.measurement.details["reason"]
 
 
-def test_a_protocol_without_its_chamber_is_an_error_naming_it(sim_chambers):
+def test_a_protocol_without_its_chamber_is_inconclusive_naming_it(sim_chambers):
     result = check_claim(get_claim("si115x-adc-bit-depth"), ProtocolContext(chambers={"wt": sim_chambers["wt"]}))
-    assert result.verdict.verdict == "error"
-    assert "light tunnel" in result.verdict.reason
+    assert result.verdict.verdict == "inconclusive"
+    assert result.verdict.inconclusive_class == "chamber-not-connected"
+    assert result.verdict.reason.startswith("chamber not connected") and "light tunnel" in result.verdict.reason
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
