@@ -10,14 +10,24 @@ A step declares every setting its readings depend on; what a step does not decla
 the planner may stage it together with another step's settings). The function that turns readings into a
 Measurement never touches the chamber, so the same function grades a live run, a planned batch and a recorded CSV.
 
+Settling in seconds: what a fan does after a duty change is a matter of time, not of rows, and the row rate is the
+board's (~7 rows/s on the real wind tunnel, as fast as the host asks on an unpaced emulated board). A step may
+settle `settle_s` seconds instead of a row count, timed by the rows' host timestamps. A backend that stamps a whole
+read at once (the in-process simulator) shows no time passing, so the time rows cover is never taken below rows ×
+the chamber's shortest real row (`ROW_PERIOD_FLOOR_S`; `covered_seconds` is that rule, the only copy of it).
+
 Protocols that interleave lab-instrument actions with chamber reads (an SMU sweep that reads the chamber at each
-supply voltage) declare a `procedure` instead of steps; the runner still runs it, with the same apparatus guard,
-setting guard and progress, and gives it reads through the same staging code.
+supply voltage), or whose next SET depends on what was read (wait until a fan is at rest), declare a `procedure`
+instead of steps; the runner still runs it, with the same apparatus guard, setting guard, row counts and progress,
+and gives it reads through the same staging code. A procedure declares every SET list it may send (`stagings`),
+so the run's pre-check sees them before anything moves and `describe()` lists them; the runner refuses a SET it
+did not declare.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol as TypingProtocol
 
 import numpy as np
@@ -51,12 +61,37 @@ class DeclarationError(ValueError):
     """A declaration that cannot be run as written (e.g. a step reading nothing); names the protocol and step."""
 
 
+ROW_PERIOD_FLOOR_S: Mapping[str, float] = {"wt": 0.12}
+"""Shortest time one row takes on the real board, per chamber kind: the wind tunnel reads four DPS310s of 24 ms
+each plus five 5 ms ADC settles (~121 ms; it runs at ~7 rows/s). A chamber without an entry cannot settle in
+seconds (nothing bounds how fast a one-stamp-per-read backend of it may deliver rows)."""
+CHUNK_ROWS = 7
+"""Rows per read while settling or reading for seconds (about 1 s on the real wind tunnel)."""
+
+
+def covered_seconds(timestamps: np.ndarray | None, rows: int, floor_s: float) -> float:
+    """The seconds `rows` rows cover: the span of their host timestamps, never below rows × `floor_s`."""
+    stamped = float(timestamps[-1] - timestamps[0]) if timestamps is not None and len(timestamps) else 0.0
+    return max(stamped, rows * floor_s)
+
+
+def row_floor(kind: str | None, what: str) -> float:
+    """The chamber's row floor, or DeclarationError naming the chambers that have one."""
+    try:
+        return ROW_PERIOD_FLOOR_S[kind or ""]
+    except KeyError:
+        raise DeclarationError(f"{what}: expected a chamber with a known shortest row "
+                               f"({', '.join(sorted(ROW_PERIOD_FLOOR_S))}) to time in seconds, got {kind!r}") from None
+
+
 @dataclass(frozen=True)
 class Step:
     """One staging of a protocol: apply `settings`, discard `settle_rows` rows, read `rows` rows of `reads`.
 
-    `rows`/`settle_rows` None: the run's sizes (200 and 20 by default). `label` names the step in progress lines,
-    in `describe()` and for the evaluating function (`Evaluation.step(label)`).
+    `rows`/`settle_rows` None: the run's sizes (200 and 20 by default). `settle_s`: discard rows until this many
+    seconds have passed by `covered_seconds` instead (and no settle rows unless `settle_rows` is given: both are
+    then met). `label` names the step in progress lines, in `describe()` and for the evaluating function
+    (`Evaluation.step(label)`).
     """
 
     label: str
@@ -64,24 +99,64 @@ class Step:
     reads: tuple[str, ...]
     rows: int | None = None
     settle_rows: int | None = None
+    settle_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.settle_s is not None and not (math.isfinite(self.settle_s) and self.settle_s >= 0):
+            raise DeclarationError(f"step {self.label!r}: settle_s: expected finite seconds >= 0, got {self.settle_s!r}")
 
     def settings_dict(self) -> dict[str, float]:
         return {name: float(value) for name, value in self.settings}
 
 
 @dataclass(frozen=True)
+class Settled:
+    """What a settle after a staging's SETs discarded: its rows, the seconds they cover (`covered_seconds`), the
+    seconds by the timestamps alone, and whether the link was re-established meanwhile."""
+
+    rows: int = 0
+    seconds: float = 0.0
+    stamped_seconds: float = 0.0
+    reconnected: bool = False
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"rows": self.rows, "seconds": round(self.seconds, 3), "stamped_seconds": round(self.stamped_seconds, 3)}
+
+
+@dataclass(frozen=True)
 class StepReadings:
-    """The rows one step read, as columns (NaN where the firmware reported a value unset)."""
+    """The rows one step read, as columns (NaN where the firmware reported a value unset).
+
+    `timestamps`: the host time each row was read (None when the backend gave none); `settled_s`: the seconds the
+    settle after the SETs covered; `row_floor_s`: the chamber's shortest row, so `seconds` applies the same rule.
+    """
 
     label: str
     settings: Settings
     columns: Mapping[str, np.ndarray]
     reconnected: bool = False
     settle_rows: int = 0  # rows discarded before these (after the staging's SETs)
+    timestamps: np.ndarray | None = None
+    settled_s: float = 0.0
+    row_floor_s: float = 0.0
 
     @property
     def n(self) -> int:
         return int(len(next(iter(self.columns.values())))) if self.columns else 0
+
+    @property
+    def seconds(self) -> float:
+        """The seconds these rows cover (`covered_seconds`)."""
+        return covered_seconds(self.timestamps, self.n, self.row_floor_s)
+
+    @property
+    def stamped_seconds(self) -> float:
+        """The seconds by the timestamps alone (0 for a backend that stamps a whole read at once)."""
+        return covered_seconds(self.timestamps, self.n, 0.0)
+
+    def timing(self) -> dict[str, float | int]:
+        """Rows, seconds and stamped seconds, for a measurement's details."""
+        return {"rows": self.n, "seconds": round(self.seconds, 3), "stamped_seconds": round(self.stamped_seconds, 3)}
 
     def column(self, name: str) -> np.ndarray:
         try:
@@ -91,8 +166,8 @@ class StepReadings:
 
     def first(self, n: int) -> "StepReadings":
         """The first n rows (a planned staging read for several claims hands each the rows it asked for)."""
-        return StepReadings(self.label, self.settings, {k: v[:n] for k, v in self.columns.items()}, self.reconnected,
-                            self.settle_rows)
+        return replace(self, columns={k: v[:n] for k, v in self.columns.items()},
+                       timestamps=None if self.timestamps is None else self.timestamps[:n])
 
 
 @dataclass(frozen=True)
@@ -148,9 +223,16 @@ class Reader(TypingProtocol):
 
     def chamber(self, kind: str) -> ChamberLike: ...
 
-    def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str) -> None: ...
+    def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str, *,
+              settle_s: float = 0.0) -> Settled:
+        """SET (a declared SET list only), then discard `settle_rows` rows and/or `settle_s` seconds of rows."""
+        ...
 
     def read(self, kind: str, rows: int) -> StepReadings: ...
+
+    def read_for(self, kind: str, seconds: float, reads: tuple[str, ...], *, at_least_rows: int = 2) -> StepReadings:
+        """Rows of `reads` until `seconds` have passed by `covered_seconds` and `at_least_rows` are in."""
+        ...
 
     def progress(self, message: str) -> None: ...
 
@@ -160,7 +242,8 @@ class Declaration:
     """A protocol: the chamber, ordered steps, the instruments it needs, and how readings become a result.
 
     Exactly one of `evaluate` (pure: Evaluation → ProtocolOutcome) and `procedure` (instrument protocols) runs;
-    with neither, nothing is staged and the claim is graded without a measurement. `precheck` decides before
+    with neither, nothing is staged and the claim is graded without a measurement. `stagings`: every SET list a
+    procedure may send (restore aside), checked with the run's other SETs before anything moves. `precheck` decides before
     staging (a resolution-limited claim is inconclusive without a single row). `restore`: settings applied once
     the protocol's steps are read (a fan left at full load is turned off again). `unit`: of the Measurement,
     for the failed one an apparatus error leaves. `stop_rule`: for a value the generic stopping rule cannot
@@ -178,6 +261,7 @@ class Declaration:
     restore: Settings = ()
     stop_rule: Callable[[ProtocolOutcome], tuple[bool, str]] | None = None
     instruments: tuple[str, ...] = ()  # lab instruments it needs (chamber.instruments kinds); () = chamber only
+    stagings: tuple[Settings, ...] = ()
 
     def __post_init__(self) -> None:
         if self.evaluate is not None and self.procedure is not None:
@@ -192,12 +276,17 @@ class Declaration:
         for s in self.steps:
             if not s.reads:
                 raise DeclarationError(f"protocol {self.key!r}, step {s.label!r}: reads nothing")
+            if s.settle_s:
+                row_floor(self.chamber, f"protocol {self.key!r}, step {s.label!r}")
+        if self.stagings and (self.procedure is None or self.chamber is None):
+            raise DeclarationError(f"protocol {self.key!r}: stagings are a procedure's, on a chamber; steps declare "
+                                   "their own settings")
 
     @property
     def staged(self) -> frozenset[str]:
         """Every chamber variable this protocol sets or reads: what its matched conditions are made of."""
         names = {n for s in self.steps for n, _ in s.settings} | {n for s in self.steps for n in s.reads}
-        return frozenset(names | {n for n, _ in self.restore})
+        return frozenset(names | {n for n, _ in self.restore} | {n for s in self.stagings for n, _ in s})
 
     def matched(self, claim: Claim) -> tuple[str, ...]:
         """Names of the claim's conditions whose chamber variable this protocol staged or read."""
@@ -206,6 +295,7 @@ class Declaration:
     def all_settings(self) -> list[dict[str, float]]:
         """Every SET list the protocol sends, in order: what a setting guard checks before anything moves."""
         out = [s.settings_dict() for s in self.steps if s.settings]
+        out += [{n: float(v) for n, v in s} for s in self.stagings if s]
         if self.restore:
             out.append({n: float(v) for n, v in self.restore})
         return out
@@ -216,8 +306,11 @@ class Declaration:
             "chamber": self.chamber,
             "instruments": list(self.instruments),
             "steps": [{"label": s.label, "settings": [{"variable": n, "value": v} for n, v in s.settings],
-                       "reads": list(s.reads), "rows": s.rows, "settle_rows": s.settle_rows} for s in self.steps],
+                       "reads": list(s.reads), "rows": s.rows, "settle_rows": s.settle_rows, "settle_s": s.settle_s}
+                      for s in self.steps],
+            "stagings": [[{"variable": n, "value": v} for n, v in s] for s in self.stagings],
             "stages": [{"variable": n, "value": v} for s in self.steps for n, v in s.settings]
+                      + [{"variable": n, "value": v} for s in self.stagings for n, v in s]
                       + [{"variable": n, "value": v} for n, v in self.restore],
             "reads": list(dict.fromkeys(n for s in self.steps for n in s.reads)),
             "restore": [{"variable": n, "value": v} for n, v in self.restore],

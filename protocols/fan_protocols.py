@@ -1,12 +1,19 @@
 """Protocols for the Noctua NF-F12 industrialPPC-3000 PWM fans of the wind tunnel (intake and exhaust).
 
-Why procedures that settle in seconds: what a fan does after a duty change is a matter of time (spin-up, coast
-down), not of rows, and the row rate is the board's (~7 rows/s on the real wind tunnel, as fast as the host asks
-on an unpaced emulated board). So each protocol SETs, then reads rows in short chunks until `settle_s` seconds
-have passed, timed by the chamber's row timestamps (`Frame.host_timestamps`, when the host read each row). A
-backend that stamps a whole read at once (the in-process simulator) would show no time passing, so the elapsed
-time is never taken below rows × `ROW_PERIOD_FLOOR_S`, the shortest time one wind-tunnel row can take on the real
-board; the simulator's own rows are longer (1/7 s), so the floor only ever under-states its time.
+Why settles in seconds: what a fan does after a duty change is a matter of time (spin-up, coast down), not of
+rows, and the row rate is the board's. Every settle and counting window here is timed in seconds by the one rule
+of protocols/declaration.py (`covered_seconds`: the rows' host timestamps, never below rows × the wind tunnel's
+shortest real row), through the run's own staging code, so the rows count in the batch's totals and every SET goes
+through the setting guard.
+
+Why one declared step and two procedures: the full-duty speed depends only on its staging and the seconds since
+it (a steady state), so it is a plain step (`Step.settle_s`) the planner may share and order like any other. The
+low-duty and stop protocols depend on what came before their staging (the fan at rest before 10 %, turning before
+0 %) and wait until a window shows no update — a SET that depends on what was read, which a planned, reorderable
+step cannot express (the planner could put another claim's full-duty staging between the rest and the 10 % step,
+and a coasting fan would then pass "runs below 20 %"). They stay procedures that declare every SET list they send
+(`Declaration.stagings`), so the run's pre-check refuses a limits-breaking one before anything moves and
+`describe()` lists them.
 
 - Max. rotational speed (3000 RPM, +/-10 %, datasheet p1): the fan under test at full PWM duty, the other
   stopped, the hatch closed, `MAX_SPEED_SETTLE_S` after the SET; the mean of the fan's own tachometer reading
@@ -37,22 +44,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
 from calibration.budget import UncertaintyBudget, resolution, type_a
 from protocols.claims import Claim
-from protocols.declaration import Declaration, ProtocolOutcome, Reader
+from protocols.declaration import Declaration, Evaluation, ProtocolOutcome, Reader, Settings, Step, StepReadings
 from protocols.measurement import Measurement
 
 log = logging.getLogger(__name__)
 
-ROW_PERIOD_FLOOR_S = 0.12
-"""Shortest time a wind-tunnel row takes on the real board: four DPS310 reads of 24 ms each plus five 5 ms ADC
-settles (~121 ms; the board runs at ~7 rows/s). Elapsed time is never taken below rows × this."""
-CHUNK_ROWS = 7
-"""Rows per read while settling or filling a window (about 1 s on the real board)."""
 MAX_SPEED_SETTLE_S = 8.0
 """Spin-up to full speed. A2 (I = 3.481e-5 kg·m², K = 5.2687e-8): from rest, ω/ω_max = tanh(Kω_max·t/I), within
 0.5 % (15 RPM, a twentieth of the ±10 % band) after atanh(0.995)·I/(Kω_max) = 6.3 s; the firmware harness's fan
@@ -82,49 +83,21 @@ class FanProtocolError(RuntimeError):
     """A fan reading that cannot serve as evidence (unset readings, a reconnect mid-settle, a dead tachometer)."""
 
 
-@dataclass(frozen=True)
-class Timed:
-    """Rows read after a staging, with the time they cover: `columns` of `reads`, `seconds` by the row timestamps
-    (never below rows × ROW_PERIOD_FLOOR_S), and how much of it came from the floor rather than the timestamps."""
-
-    columns: Mapping[str, np.ndarray]
-    rows: int
-    seconds: float
-    stamped_seconds: float
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {"rows": self.rows, "seconds": round(self.seconds, 3), "stamped_seconds": round(self.stamped_seconds, 3)}
+def read_window(reader: Reader, seconds: float, reading: str) -> StepReadings:
+    """`seconds` of `reading` (at least 2 rows); a reconnect in them makes them no evidence."""
+    window = reader.read_for("wt", seconds, (reading,))
+    if window.reconnected:
+        raise FanProtocolError(f"the link was re-established while reading {reading} for {seconds:g} s: the time "
+                               "since the SET and the fan's state are unknown")
+    return window
 
 
-def read_for(reader: Reader, seconds: float, reads: tuple[str, ...], *, at_least_rows: int = 2,
-             chunk_rows: int = CHUNK_ROWS) -> Timed:
-    """Read chunks until `seconds` have passed by the row timestamps (floored at rows × ROW_PERIOD_FLOOR_S) and at
-    least `at_least_rows` rows are in; ends after at most ⌈seconds/floor⌉ + at_least_rows + chunk_rows rows."""
-    chamber = reader.chamber("wt")
-    parts: dict[str, list[np.ndarray]] = {n: [] for n in reads}
-    stamps: list[np.ndarray] = []
-    rows = 0
-    while True:
-        frame = chamber.measure(chunk_rows)
-        if getattr(frame, "reconnected", False):
-            raise FanProtocolError(f"the link was re-established while reading for {seconds} s: the time since the "
-                                   "SET and the fan's state are unknown")
-        stamps.append(np.asarray(frame.host_timestamps, dtype=float))
-        for n in reads:
-            parts[n].append(np.asarray(frame.column(n), dtype=float))
-        rows += len(frame)
-        t = np.concatenate(stamps)
-        stamped = float(t[-1] - t[0]) if t.size else 0.0
-        elapsed = max(stamped, rows * ROW_PERIOD_FLOOR_S)
-        if elapsed >= seconds and rows >= at_least_rows:
-            return Timed({n: np.concatenate(v) for n, v in parts.items()}, rows, elapsed, stamped)
-
-
-def settle(reader: Reader, settings: dict[str, float], seconds: float, label: str) -> Timed:
-    """SET (through the run's setting guard), then discard rows for `seconds` (see `read_for`)."""
-    reader.stage("wt", settings, 0, label)
-    reader.progress(f"wt: {label}: settle {seconds:g} s")
-    return read_for(reader, seconds, ("counter",), at_least_rows=1)
+def settle(reader: Reader, settings: dict[str, float], seconds: float, label: str) -> dict[str, float | int]:
+    """SET (a declared SET list, through the run's setting guard), then discard rows for `seconds`."""
+    settled = reader.stage("wt", settings, 0, label, settle_s=seconds)
+    if settled.reconnected:
+        raise FanProtocolError(f"the link was re-established while settling {seconds:g} s after {label}")
+    return {**settled.to_dict(), "asked_s": seconds}
 
 
 def tach_updates(rpm: np.ndarray, reading: str) -> int:
@@ -156,22 +129,25 @@ class Fan:
     def staging(self, duty: float) -> dict[str, float]:
         return {self.load: duty, self.other: 0.0, "hatch": 0.0}
 
+    def settings(self, duty: float) -> Settings:
+        return tuple(self.staging(duty).items())
+
     @property
     def variables(self) -> set[str]:
         return {self.load, self.other, "hatch", self.reading}
 
+    @property
+    def full_duty_label(self) -> str:
+        return f"{self.name} fan at full duty, {self.other} stopped, hatch closed"
+
 
 def _max_speed(fan: Fan):
-    def run(reader: Reader, claim: Claim) -> ProtocolOutcome:
-        try:
-            settled = settle(reader, fan.staging(1.0), MAX_SPEED_SETTLE_S,
-                             f"{fan.name} fan at full duty, {fan.other} stopped, hatch closed")
-            frame = reader.chamber("wt").measure(max(2, reader.rows))
-        finally:
-            _restore(reader, fan.load)
-        rpm = np.asarray(frame.column(fan.reading), dtype=float)
-        if getattr(frame, "reconnected", False):
-            raise FanProtocolError("the link was re-established before the speed was read")
+    def evaluate(e: Evaluation) -> ProtocolOutcome:
+        got = e.step(fan.full_duty_label)
+        if got.reconnected:
+            raise FanProtocolError(f"the link was re-established while settling or reading {fan.reading}: the time "
+                                   "since the SET and the fan's state are unknown")
+        rpm = got.column(fan.reading)
         if rpm.size < 2 or not np.all(np.isfinite(rpm)):
             raise FanProtocolError(f"{fan.reading}: expected at least 2 finite tachometer readings, got {rpm.size} "
                                    f"({int(np.count_nonzero(~np.isfinite(rpm)))} unset)")
@@ -181,26 +157,27 @@ def _max_speed(fan: Fan):
                         resolution("tachometer quantisation (30e6/Δt, whole µs)", TACH_STEP_RPM)),
         )
         measurement = Measurement.from_budget(
-            float(rpm.mean()), budget, decimals=1, n=int(rpm.size), matched_conditions=_matched(claim, fan.variables),
+            float(rpm.mean()), budget, decimals=1, n=int(rpm.size), matched_conditions=list(e.matched),
             details={"reading": fan.reading, "min": float(rpm.min()), "max": float(rpm.max()),
-                     "settle": {**settled.to_dict(), "asked_s": MAX_SPEED_SETTLE_S},
+                     "settle": {"rows": got.settle_rows, "seconds": round(got.settled_s, 3),
+                                "asked_s": MAX_SPEED_SETTLE_S},
                      "not_measured": NOT_MEASURED, "reference": REFERENCE},
         )
         return ProtocolOutcome(measurement=measurement)
 
-    return run
+    return evaluate
 
 
-def _updates_measurement(fan: Fan, claim: Claim, window: Timed, duty: float, details: dict) -> Measurement:
-    rpm = window.columns[fan.reading]
+def _updates_measurement(fan: Fan, claim: Claim, window: StepReadings, duty: float, details: dict) -> Measurement:
+    rpm = window.column(fan.reading)
     updates = tach_updates(rpm, fan.reading)
     budget = UncertaintyBudget(
         quantity=f"tachometer updates of {fan.reading} in {window.seconds:.1f} s at {duty:.0%} duty", unit="updates",
         components=(resolution("whole updates (a count)", 1.0),),
     )
     return Measurement.from_budget(
-        updates, budget, decimals=1, n=window.rows, matched_conditions=_matched(claim, fan.variables),
-        details={"reading": fan.reading, "duty": duty, "window": {**window.to_dict(), "asked_s": WINDOW_S},
+        updates, budget, decimals=1, n=window.n, matched_conditions=_matched(claim, fan.variables),
+        details={"reading": fan.reading, "duty": duty, "window": {**window.timing(), "asked_s": WINDOW_S},
                  "slowest_seen_rpm": round(30.0 / window.seconds, 2),
                  "rpm_first": float(rpm[0]), "rpm_last": float(rpm[-1]), "distinct_readings": int(np.unique(rpm).size),
                  "not_measured": NOT_MEASURED, "reference": REFERENCE,
@@ -213,13 +190,13 @@ def _updates_measurement(fan: Fan, claim: Claim, window: Timed, duty: float, det
 class Rest:
     """The wait for a fan at 0 % duty to come to rest: the last window read, its updates, the time waited."""
 
-    window: Timed
+    window: StepReadings
     updates: int
     seconds: float
     windows: int
 
     def to_dict(self) -> dict:
-        return {"seconds": round(self.seconds, 3), "windows": self.windows, "last_window": self.window.to_dict(),
+        return {"seconds": round(self.seconds, 3), "windows": self.windows, "last_window": self.window.timing(),
                 "last_window_updates": self.updates, "timeout_s": STOP_TIMEOUT_S}
 
 
@@ -230,8 +207,8 @@ def wait_for_rest(reader: Reader, fan: Fan, label: str) -> Rest:
     reader.progress(f"wt: {label}: wait up to {STOP_TIMEOUT_S:g} s for {WINDOW_S:g} s without a tachometer update")
     waited, windows = 0.0, 0
     while True:
-        window = read_for(reader, WINDOW_S, (fan.reading,))
-        updates = tach_updates(window.columns[fan.reading], fan.reading)
+        window = read_window(reader, WINDOW_S, fan.reading)
+        updates = tach_updates(window.column(fan.reading), fan.reading)
         waited += window.seconds
         windows += 1
         if updates == 0 or waited >= STOP_TIMEOUT_S:
@@ -248,12 +225,11 @@ def _low_duty(fan: Fan):
                                        f"{rest.seconds:.1f} s: turning at {LOW_DUTY:.0%} could not be told from coasting")
             settled = settle(reader, fan.staging(LOW_DUTY), LOW_DUTY_SETTLE_S,
                              f"{fan.name} fan at {LOW_DUTY:.0%} duty from rest, {fan.other} stopped, hatch closed")
-            window = read_for(reader, WINDOW_S, (fan.reading,))
+            window = read_window(reader, WINDOW_S, fan.reading)
         finally:
             _restore(reader, fan.load)
         return ProtocolOutcome(measurement=_updates_measurement(
-            fan, claim, window, LOW_DUTY,
-            {"settle": {**settled.to_dict(), "asked_s": LOW_DUTY_SETTLE_S}, "rest_before": rest.to_dict()}))
+            fan, claim, window, LOW_DUTY, {"settle": settled, "rest_before": rest.to_dict()}))
 
     return run
 
@@ -262,8 +238,8 @@ def _stop(fan: Fan):
     def run(reader: Reader, claim: Claim) -> ProtocolOutcome:
         try:
             reader.stage("wt", fan.staging(1.0), 0, f"{fan.name} fan at full duty (it must turn before the stop)")
-            running = read_for(reader, RUNNING_CHECK_S, (fan.reading,))
-            before = tach_updates(running.columns[fan.reading], fan.reading)
+            running = read_window(reader, RUNNING_CHECK_S, fan.reading)
+            before = tach_updates(running.column(fan.reading), fan.reading)
             if before < 1:
                 raise FanProtocolError(f"{fan.reading}: expected tachometer updates at full duty before the stop, "
                                        f"got none in {running.seconds:.1f} s: a fan or tachometer that never turns "
@@ -273,7 +249,7 @@ def _stop(fan: Fan):
             _restore(reader, fan.load)
         return ProtocolOutcome(measurement=_updates_measurement(
             fan, claim, rest.window, 0.0,
-            {"coast_down": rest.to_dict(), "running_before": {**running.to_dict(), "updates": before}}))
+            {"coast_down": rest.to_dict(), "running_before": {**running.timing(), "updates": before}}))
 
     return run
 
@@ -282,17 +258,20 @@ def _declarations(fan: Fan) -> tuple[Declaration, ...]:
     restore = ((fan.load, 0.0),)
     return (
         Declaration(
-            key=f"nf_f12.max_speed_{fan.name}", chamber="wt", unit="RPM", procedure=_max_speed(fan), restore=restore,
+            key=f"nf_f12.max_speed_{fan.name}", chamber="wt", unit="RPM", evaluate=_max_speed(fan), restore=restore,
+            steps=(Step(fan.full_duty_label, fan.settings(1.0), (fan.reading,), settle_s=MAX_SPEED_SETTLE_S),),
             description=f"The {fan.name} fan at full PWM duty ({fan.other} 0, hatch 0), {MAX_SPEED_SETTLE_S:g} s after "
                         f"the SET: the mean of {fan.reading}.",
         ),
         Declaration(
             key=f"nf_f12.low_duty_{fan.name}", chamber="wt", unit="updates", procedure=_low_duty(fan), restore=restore,
+            stagings=(fan.settings(0.0), fan.settings(LOW_DUTY)),
             description=f"The {fan.name} fan at rest at 0 %, then at {LOW_DUTY:.0%} duty ({fan.other} 0, hatch 0) for "
                         f"{LOW_DUTY_SETTLE_S:g} s: the updates of {fan.reading} in {WINDOW_S:g} s.",
         ),
         Declaration(
             key=f"nf_f12.stop_{fan.name}", chamber="wt", unit="updates", procedure=_stop(fan), restore=restore,
+            stagings=(fan.settings(1.0), fan.settings(0.0)),
             description=f"The {fan.name} fan at full duty ({RUNNING_CHECK_S:g} s, it must turn), then 0 % "
                         f"({fan.other} 0, hatch 0) until a {WINDOW_S:g} s window of {fan.reading} shows no update "
                         f"or {STOP_TIMEOUT_S:g} s have passed: the updates in that window.",

@@ -303,7 +303,7 @@ SUPPLY_CURRENT = Declaration(
 )
 ABSOLUTE_PRESSURE = Declaration(
     key="instruments.absolute_pressure", chamber="wt", unit="Pa", instruments=("reference_barometer",),
-    procedure=run_absolute_pressure,
+    procedure=run_absolute_pressure, stagings=(tuple(FANS_OFF.items()),),
     description="Fans off; DPS310 mean minus the reference barometer's mean, with the reference's certificate.",
 )
 HELD_TEMPERATURE = Declaration(

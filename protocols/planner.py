@@ -7,7 +7,8 @@ change any verdict. The planner is pure: declarations in, a plan out; protocols/
 
 - Sharing: two steps share a staging when their settings agree wherever both name a variable (a step declares
   every setting its readings depend on, protocols/declaration.py); the staging applies the union and reads the
-  union of the columns, as many rows as its most demanding user asks for.
+  union of the columns, as many rows as its most demanding user asks for, after the longest settle any user
+  asks for (rows and seconds: a step settled in seconds, `Step.settle_s`, takes no default settle rows).
 - Order: per chamber, nearest neighbour from the chamber's known state, by the seconds a change costs: a stepper
   move (hatch, polarizers) as long as the firmware takes to move it, a fan change the seconds a fan needs to
   spin up or down, any other SET one round trip.
@@ -73,6 +74,7 @@ class Staging:
     settle_rows: int
     reads: list[str]
     uses: list[Use] = field(default_factory=list)
+    settle_s: float = 0.0
 
     @property
     def first_rows(self) -> int:
@@ -90,7 +92,7 @@ class Staging:
 
     def to_dict(self) -> dict[str, object]:
         return {"chamber": self.chamber, "settings": dict(self.settings), "settle_rows": self.settle_rows,
-                "reads": list(self.reads), "serves": [{"item": u.item, "step": u.step.label} for u in self.uses]}
+                "settle_s": self.settle_s, "reads": list(self.reads), "serves": [{"item": u.item, "step": u.step.label} for u in self.uses]}
 
 
 @dataclass
@@ -135,7 +137,7 @@ def plan(items: Sequence[PlanItem], *, rows: int, settle_rows: int, probe_rows: 
         for step in d.steps:
             full = step.rows if step.rows is not None else rows
             first = min(full, probe_rows) if item.may_stop_early else full
-            settle = step.settle_rows if step.settle_rows is not None else settle_rows
+            settle = step.settle_rows if step.settle_rows is not None else 0 if step.settle_s else settle_rows
             settings = step.settings_dict()
             target = next((s for s in stagings if s.accepts(d.chamber, settings)), None)
             if target is None:
@@ -143,6 +145,7 @@ def plan(items: Sequence[PlanItem], *, rows: int, settle_rows: int, probe_rows: 
                 stagings.append(target)
             target.settings.update(settings)
             target.settle_rows = max(target.settle_rows, settle)
+            target.settle_s = max(target.settle_s, step.settle_s or 0.0)
             target.reads.extend(r for r in step.reads if r not in target.reads)
             target.uses.append(Use(item.key, step, first, full))
         if d.restore:

@@ -10,9 +10,12 @@ Why one: the CLI (`check`, `calibrate`), the main job and the chamber tools API 
   everything else done for one claim (choosing its protocol, its pre-check, the rule on its measurement);
 - a chamber that is not connected: its claims are inconclusive, "chamber not connected", naming the chamber — the
   lab did not try, which is neither evidence nor an apparatus error;
-- the setting guard (the API's server-side limits): every SET list of the whole run is checked before anything
-  moves, and again before each SET;
-- progress: one line per staging and one "[i/N] claim" line as each claim is graded.
+- the setting guard (the API's server-side limits): every SET list of the whole run — the planned stagings, the
+  restores, and every SET list a procedure declares — is checked before anything moves, and again before each SET
+  (a procedure may send only the SET lists it declared);
+- progress: one line per staging and one "[i/N] claim" line as each claim is graded;
+- row totals: every row read, settles and procedures included, counted per chamber (protocols/staging.py, which
+  also times a settle in seconds, `Step.settle_s`).
 
 A batch is planned (protocols/planner.py): claims whose steps stage the same conditions share one read, stagings
 are ordered to spare actuator moves, and a claim keeps a short first read when more rows cannot change its
@@ -24,8 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Protocol as TypingProtocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -46,51 +48,16 @@ from protocols.declaration import (
 from protocols.measurement import Measurement
 from protocols.planner import PROBE_ROWS, Plan, PlanItem, StopDecision, plan, stop_reason
 from protocols.registry import selected_protocol
+from protocols.staging import Chambers, ProcedureReader, ProtocolContext
 from protocols.verdict import CapabilityCheck, Verdict, verdict
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_KEY = "calibration"
-CHAMBER_NAMES = {"wt": "wind tunnel", "lt": "light tunnel"}
-
-
-class ReadingError(RuntimeError):
-    """A read that did not return the rows asked for (names the column, what was expected and what arrived)."""
 
 
 class CalibrationMismatch(ValueError):
     """A calibration record of another chamber configuration than the one connected (names both)."""
-
-
-class SettingCheck(TypingProtocol):
-    """A server-side setting guard (protocols.api.guard.SettingGuard): every setting as a float, or it raises."""
-
-    def check(self, settings: Mapping[str, Any], *, inputs_only: bool = True) -> dict[str, float]: ...
-
-
-@dataclass
-class ProtocolContext:
-    """What a run may use: the connected chambers by kind ("wt"/"lt"), a calibration record, the sizes, progress,
-    an opened station of lab instruments (chamber.instruments.Station; None = the chamber alone), the setting
-    guards per chamber kind (None: the driver's own checks only), the clock that dates a calibration, and `graded`,
-    called with each claim as its verdict is ready (a live view shows it)."""
-
-    chambers: Mapping[str, ChamberLike]
-    calibration: CalibrationRecord | None = None
-    rows: int = 200
-    settle_rows: int = 20
-    progress: Callable[[str], None] = lambda message: None
-    station: Any | None = None
-    setting_guards: Mapping[str, SettingCheck] = field(default_factory=dict)
-    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
-    graded: Callable[[Claim], None] = lambda claim: None
-
-    def chamber(self, kind: str) -> ChamberLike:
-        if kind not in self.chambers:
-            have = ", ".join(sorted(self.chambers)) or "none"
-            raise ProtocolUnavailable(
-                f"this protocol needs the {CHAMBER_NAMES.get(kind, kind)} ({kind!r}); connected: {have}")
-        return self.chambers[kind]
 
 
 @dataclass(frozen=True)
@@ -155,65 +122,6 @@ class BatchResult:
     stagings: int
     rows: dict[str, int]  # rows read per chamber kind, settle rows included
     plan: list[dict[str, Any]]
-
-
-# ------------------------------------------------------------------------------------------- staging
-class _Chambers:
-    """Stages and reads the chambers for a run: the setting guard before each SET, rows counted, state tracked."""
-
-    def __init__(self, context: ProtocolContext) -> None:
-        self.context = context
-        self.rows: dict[str, int] = {}
-        self.stagings = 0
-        self.current: dict[str, int | None] = {}  # chamber kind -> the planned staging it holds now
-
-    def guarded(self, kind: str, settings: Mapping[str, float]) -> dict[str, float]:
-        guard = self.context.setting_guards.get(kind)
-        return dict(settings) if guard is None else guard.check(settings, inputs_only=False)
-
-    def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str) -> None:
-        chamber = self.context.chamber(kind)
-        self.context.progress(f"{kind}: {label}: settle {settle_rows} rows")
-        if settings:
-            chamber.set_many(self.guarded(kind, settings))
-        self.current[kind] = None
-        self.stagings += 1
-        if settle_rows > 0:
-            chamber.measure(settle_rows)
-            self.rows[kind] = self.rows.get(kind, 0) + settle_rows
-
-    def read(self, kind: str, rows: int, reads: Sequence[str] | None = None, settle_rows: int = 0) -> StepReadings:
-        """`settle_rows + rows` rows in one read (one MSR round trip), the first `settle_rows` thrown away."""
-        frame = self.context.chamber(kind).measure(settle_rows + rows)
-        self.rows[kind] = self.rows.get(kind, 0) + settle_rows + rows
-        names = list(reads) if reads is not None else list(frame.names)
-        columns = {n: np.asarray(frame.column(n), dtype=np.float64)[settle_rows:] for n in names}
-        for n, column in columns.items():
-            if column.shape != (rows,):
-                raise ReadingError(f"expected {rows} rows of {n}, got shape {column.shape}")
-        return StepReadings("", (), columns, bool(getattr(frame, "reconnected", False)), settle_rows)
-
-
-@dataclass
-class _Reader:
-    """What a procedure (instrument protocol) gets: the run's chambers, sizes, station and progress."""
-
-    chambers: _Chambers
-    rows: int
-    settle_rows: int
-    station: Any
-
-    def chamber(self, kind: str) -> ChamberLike:
-        return self.chambers.context.chamber(kind)
-
-    def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str) -> None:
-        self.chambers.stage(kind, settings, settle_rows, label)
-
-    def read(self, kind: str, rows: int) -> StepReadings:
-        return self.chambers.read(kind, rows)
-
-    def progress(self, message: str) -> None:
-        self.chambers.context.progress(message)
 
 
 def _failed(unit: str, exc: BaseException) -> Measurement:
@@ -296,7 +204,7 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
     `reuse`: results of an earlier batch on the same chambers; a claim graded there by the same protocol keeps
     its result (the main job's station pass re-grades only what the station changes).
     """
-    runner = _Chambers(context)
+    runner = Chambers(context)
     record = context.calibration
     if record is not None and "wt" in context.chambers and record.config != _config(context.chambers["wt"]):
         raise CalibrationMismatch(f"calibration record of configuration {record.config!r}; the connected wind "
@@ -362,6 +270,9 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
         runner.guarded(staging.chamber, staging.settings)
     for kind, settings in the_plan.restores.items():
         runner.guarded(kind, settings)
+    for i in procedures:  # a procedure's declared SET lists too: a refusal here means nothing moved
+        for settings in declared[i].all_settings():
+            runner.guarded(declared[i].chamber or "", settings)
 
     reads: dict[int, StepReadings] = {}
     failures: dict[int, BaseException] = {}
@@ -432,7 +343,7 @@ def _chamber_missing(context: ProtocolContext, kind: str | None) -> ProtocolUnav
     raise AssertionError("unreachable: the chamber is connected")
 
 
-def _read_stagings(runner: _Chambers, the_plan: Plan, indices: Sequence[int] | range, reads: dict[int, StepReadings],
+def _read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | range, reads: dict[int, StepReadings],
                    failures: dict[int, BaseException], *, full: bool) -> None:
     """Read each staging (first pass: each user's first rows; `full`: topped up to the default rows)."""
     for index in indices:
@@ -450,23 +361,30 @@ def _read_stagings(runner: _Chambers, the_plan: Plan, indices: Sequence[int] | r
                                         f"(serves {len(staging.uses)} step(s)), read {want - have} rows")
                 runner.context.chamber(staging.chamber).set_many(runner.guarded(staging.chamber, staging.settings))
                 runner.stagings += 1
-            more = runner.read(staging.chamber, want - have, staging.reads, 0 if held else staging.settle_rows)
+            settled = runner.settle(staging.chamber, 0, staging.settle_s) if not held and staging.settle_s else None
+            settle_rows = 0 if held else staging.settle_rows
+            more = runner.read(staging.chamber, want - have, staging.reads, settle_rows)
+            if settled is not None:  # a reconnect while settling is the readings' (the evaluation refuses them)
+                more = replace(more, settle_rows=settled.rows + settle_rows, settled_s=settled.seconds,
+                               reconnected=more.reconnected or settled.reconnected)
             runner.current[staging.chamber] = index
         except Exception as exc:  # the apparatus guard: every step this staging serves gets this error
             failures[index] = exc
             runner.current[staging.chamber] = None
             continue
         settings = tuple(staging.settings.items())
-        if index in reads:
+        if index in reads:  # topped up: the rows so far, then these (timestamps kept per row)
             before = reads[index]
             columns = {n: np.concatenate([before.columns[n], more.columns[n]]) for n in more.columns}
-            reads[index] = StepReadings("", settings, columns, before.reconnected or more.reconnected,
-                                        before.settle_rows)
+            stamps = (None if before.timestamps is None or more.timestamps is None
+                      else np.concatenate([before.timestamps, more.timestamps]))
+            reads[index] = replace(before, settings=settings, columns=columns, timestamps=stamps,
+                                   reconnected=before.reconnected or more.reconnected)
         else:
-            reads[index] = StepReadings("", settings, more.columns, more.reconnected, more.settle_rows)
+            reads[index] = replace(more, settings=settings)
 
 
-def _apply_restores(runner: _Chambers, the_plan: Plan, failures: dict[int, BaseException]) -> None:
+def _apply_restores(runner: Chambers, the_plan: Plan, failures: dict[int, BaseException]) -> None:
     for kind, settings in the_plan.restores.items():
         try:
             runner.context.chamber(kind).set_many(runner.guarded(kind, settings))
@@ -486,8 +404,8 @@ def _item_outcome(the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings]
                 raise failures[index]
             return ProtocolOutcome(measurement=_failed(item.declaration.unit, failures[index]))
         got = reads[index].first(use.full_rows)  # what the staging read, up to what this step asks for
-        readings.append(StepReadings(use.step.label, use.step.settings, {n: got.columns[n] for n in use.step.reads},
-                                     got.reconnected, got.settle_rows))
+        readings.append(replace(got, label=use.step.label, settings=use.step.settings,
+                                columns={n: got.columns[n] for n in use.step.reads}))
     order = [s.label for s in item.declaration.steps]
     readings.sort(key=lambda r: order.index(r.label))
     return _evaluate(item.declaration, item.claim, tuple(readings), record, config)
@@ -522,9 +440,9 @@ def _with_plan(result: CheckResult, the_plan: Plan, item: PlanItem, reads: dict[
     return replace(result, details={**result.details, "plan": plan_details})
 
 
-def _run_procedure(claim: Claim, declaration: Declaration, context: ProtocolContext, runner: _Chambers) -> CheckResult:
+def _run_procedure(claim: Claim, declaration: Declaration, context: ProtocolContext, runner: Chambers) -> CheckResult:
     """An instrument protocol: its procedure with the runner's staging, inside the apparatus guard."""
-    reader = _Reader(runner, context.rows, context.settle_rows, context.station)
+    reader = ProcedureReader(runner, declaration, context.rows, context.settle_rows, context.station)
     try:
         outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
     except ProtocolUnavailable as exc:
@@ -547,7 +465,7 @@ def calibrate(chamber: ChamberLike, *, n: int = 200, osr: int = 8, settle_rows: 
         raise CalibrationError(f"cross-sensor calibration needs a wind tunnel (chamber 'wt'), got {kind!r}")
     declaration = barometer_protocols.cross_sensor_calibration(osr, n, settle_rows)
     context = ProtocolContext(chambers={"wt": chamber}, rows=n, settle_rows=settle_rows, progress=progress)
-    runner = _Chambers(context)
+    runner = Chambers(context)
     (step,) = declaration.steps
     progress(f"calibrating: {step.label}, settle {settle_rows} rows, {n} rows")
     chamber.set_many(step.settings_dict())
@@ -569,7 +487,7 @@ def cross_sensor_in_place(chamber: ChamberLike, state: Mapping[str, float], *, n
     osr = int(osrs.pop()) if len(osrs) == 1 and None not in osrs else 0
     declaration = barometer_protocols.CROSS_SENSOR
     (step,) = declaration.steps
-    got = _Chambers(ProtocolContext(chambers={"wt": chamber})).read("wt", n, step.reads, settle_rows)
+    got = Chambers(ProtocolContext(chambers={"wt": chamber})).read("wt", n, step.reads, settle_rows)
     settings = tuple((BAROMETER_OSR[b], float(osr)) for b in BAROMETERS) if osr else ()
     readings = StepReadings("as staged by the caller", settings, got.columns, got.reconnected, settle_rows)
     outcome = _evaluate(declaration, None, (readings,), None, _config(chamber))

@@ -14,10 +14,18 @@ import pytest
 from chamber.driver import Chamber
 from chamber.serial_backend import SerialBackend
 from chamber.sim_backend import SimBackend
+from chamber.limits import load_limits
 from firmware_harness import firmware_build, real_board  # noqa: F401  (fixture)
 from protocols import fan_protocols as fp
+from protocols import registry
+from protocols.api.errors import ApiError
+from protocols.api.guard import SettingGuard
 from protocols.claim_sources import load_checked_claims
+from protocols.claims import get_claim, load_claims
+from protocols.declaration import DeclarationError
+from protocols.planner import PlanItem, plan
 from protocols.runner import ProtocolContext, check_claim, run_batch
+from protocols.staging import Chambers, ProcedureReader
 from simulator.params import authors_params
 from simulator.physics import make_model
 
@@ -103,19 +111,33 @@ def grade(chamber, claim):
 
 
 # --------------------------------------------------------------------------------------------------- timing
-@pytest.mark.parametrize("period,per_read,rows", [(1.0, False, 14), (1 / 7, False, 63), (1e-4, True, 70)])
-def test_the_settle_is_timed_by_the_row_timestamps_with_the_board_row_period_as_a_floor(period, per_read, rows):
-    """8 s: 1-s rows (stamped) take 9 rows + a chunk; the real board's 1/7 s rows, 57 rows + a chunk; a backend
-    that stamps a whole read at once shows no time passing, so rows × 0.12 s decides: ⌈8/0.12⌉ = 67 → 70."""
+@pytest.mark.parametrize("period,per_read,settle", [(1.0, False, 14), (1 / 7, False, 63), (1e-4, True, 70)])
+def test_a_declared_step_settles_settle_s_by_the_row_timestamps_with_the_board_row_period_as_a_floor(
+        claims, period, per_read, settle):
+    """The max-speed step declares settle_s = 8 s. 1-s rows (stamped) take 9 rows + a chunk (14: 13 s); the real
+    board's 1/7 s rows 57 + a chunk (63); a backend that stamps a whole read at once shows no time passing, so
+    rows × 0.12 s decides: ⌈8/0.12⌉ = 67 → 70. Then one read of the run's rows, and the batch counts them all."""
     chamber = ScriptedFans(noctua, row_period_s=period, stamp_per_read=per_read)
+    batch = run_batch([claims["nf-f12-max-speed-intake"]], ProtocolContext(chambers={"wt": chamber}, rows=20),
+                      stop_early=False)
+    (result,) = batch.results
+    assert chamber.measured == [7] * (settle // 7) + [20]
+    assert result.verdict.verdict == "pass" and result.measurement.n == 20
+    got = result.measurement.details["settle"]
+    short = settle - 7  # one chunk fewer: its stamps spanned (short - 1) rows, its floor short × 0.12 s
+    assert got["rows"] == settle and got["seconds"] >= fp.MAX_SPEED_SETTLE_S > max(
+        (short - 1) * period if not per_read else 0.0, short * 0.12)
+    assert batch.rows == {"wt": settle + 20}
 
-    class Reader:
-        def chamber(self, kind):
-            return chamber
 
-    got = fp.read_for(Reader(), 8.0, ("rpm_in",))
-    assert got.rows == rows and got.seconds >= 8.0 and sum(chamber.measured) == rows
-    assert got.stamped_seconds == pytest.approx((rows - (7 if per_read else 1)) * period)  # per read: the last stamps
+def test_a_reconnect_while_the_full_duty_step_settles_is_an_error_not_a_speed(claims):
+    class Reconnects(ScriptedFans):
+        def measure(self, n):
+            frame = super().measure(n)
+            return _Frame(frame.names, frame.values, frame.host_timestamps, reconnected=len(self.measured) == 2)
+
+    result = grade(Reconnects(noctua), claims["nf-f12-max-speed-exhaust"])
+    assert result.verdict.verdict == "error" and "re-established while settling" in result.verdict.reason
 
 
 def test_every_fan_protocol_settles_in_seconds_not_rows(claims):
@@ -125,6 +147,79 @@ def test_every_fan_protocol_settles_in_seconds_not_rows(claims):
         for chamber in (slow, fast):
             assert grade(chamber, claims[cid]).verdict.verdict == "pass", cid
         assert 0.4 < sum(slow.measured) / sum(fast.measured) < 0.75, cid
+
+
+# ------------------------------------------------------------------------- declared: pre-check, describe, rows
+class _CountsSets:
+    """A chamber that records every SET list it is sent (and passes everything through)."""
+
+    def __init__(self, chamber) -> None:
+        self._c, self.sets = chamber, []
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    def set_many(self, settings):
+        self.sets.append(dict(settings))
+        return self._c.set_many(settings)
+
+
+@pytest.mark.parametrize("cid", FAN_CLAIMS)
+def test_a_limits_file_refusing_a_fan_stage_refuses_the_batch_before_any_set(claims, cid, tmp_path):
+    """The fan's load capped at 0.05 refuses every fan protocol's stage (full duty, or 10 %): the run's pre-check
+    sees it before the fans-off claim graded first in the same batch has moved anything."""
+    load = "load_in" if cid.endswith("intake") else "load_out"
+    (tmp_path / "limits.yaml").write_text(f"chamber: wt\nvariables:\n  {load}: {{min: 0, max: 0.05}}\n")
+    chamber = _CountsSets(sim_chamber())
+    try:
+        guard = SettingGuard(chamber.layout, [load_limits(tmp_path / "limits.yaml")])
+        context = ProtocolContext(chambers={"wt": chamber}, rows=20, setting_guards={"wt": guard})
+        with pytest.raises(ApiError, match=rf"{load}=(1\.0|0\.1): expected 0\.\.0\.05"):
+            run_batch([get_claim("dps310-operating-range"), claims[cid]], context)
+        assert chamber.sets == []
+    finally:
+        chamber.close()
+
+
+def test_describe_lists_every_stage_of_the_fan_protocols():
+    """What run_protocol would SET, as the chamber tools API's describe_chamber shows it."""
+    for fan in (fp.INTAKE, fp.EXHAUST):
+        stages = {key: [(s["variable"], s["value"]) for s in registry.BY_KEY[f"nf_f12.{key}_{fan.name}"].describe()[
+            "stages"]] for key in ("max_speed", "low_duty", "stop")}
+        full, rest, low = fan.settings(1.0), fan.settings(0.0), fan.settings(fp.LOW_DUTY)
+        assert stages == {"max_speed": [*full, (fan.load, 0.0)], "low_duty": [*rest, *low, (fan.load, 0.0)],
+                          "stop": [*full, *rest, (fan.load, 0.0)]}
+        (step,) = registry.BY_KEY[f"nf_f12.max_speed_{fan.name}"].describe()["steps"]
+        assert step["settle_s"] == fp.MAX_SPEED_SETTLE_S and step["reads"] == [fan.reading]
+
+
+def test_the_batch_row_totals_count_every_row_the_fan_protocols_read(claims):
+    chamber = ScriptedFans(noctua)
+    batch = run_batch([claims[c] for c in FAN_CLAIMS], ProtocolContext(chambers={"wt": chamber}, rows=20))
+    assert {r.verdict.verdict for r in batch.results} == {"pass"}
+    assert batch.rows == {"wt": sum(chamber.measured)} and sum(chamber.measured) > 6 * 20
+
+
+def test_a_fan_procedure_may_send_only_the_set_lists_it_declared():
+    chamber = ScriptedFans(noctua)
+    reader = ProcedureReader(Chambers(ProtocolContext(chambers={"wt": chamber})),
+                             registry.BY_KEY["nf_f12.stop_intake"], 20, 0, None)
+    reader.stage("wt", fp.INTAKE.staging(1.0), 0, "declared")
+    with pytest.raises(DeclarationError, match=r"nf_f12.stop_intake.*'load_in': 0.5.*did not declare"):
+        reader.stage("wt", {**fp.INTAKE.staging(1.0), "load_in": 0.5}, 0, "undeclared")
+    assert chamber.load["load_in"] == 1.0
+
+
+def test_the_full_duty_step_shares_its_staging_with_the_current_sensor_engagement():
+    """Declared as a step again, the max-speed staging is planned like any other: the ACS70331 engagement's
+    full intake load is the same staging, settled for the longer of the two (8 s and 20 rows)."""
+    engagement = next(c for c in load_claims().values() if c.protocol == "acs70331.engagement")
+    items = [PlanItem("speed", registry.BY_KEY["nf_f12.max_speed_intake"], None, False),
+             PlanItem("engagement", registry.protocol_for(engagement), engagement, False)]
+    p = plan(items, rows=50, settle_rows=20)
+    full = [s for s in p.stagings if s.settings.get("load_in") == 1.0]
+    assert len(full) == 1 and {u.item for u in full[0].uses} == {"speed", "engagement"}
+    assert (full[0].settle_s, full[0].settle_rows) == (fp.MAX_SPEED_SETTLE_S, 20)
 
 
 # ------------------------------------------------------------------------------------------ falsifiability
