@@ -5,6 +5,8 @@ lets the chamber refuse tool calls before the extraction is frozen (409) whateve
 Contract: POST /sessions {claim_id} → {session_id}; POST /sessions/{id}/extraction {payload} → {sha256}
 (409 on a second freeze); GET /tools → [{name, description, input_schema}]; POST /sessions/{id}/tools/{name}
 with JSON arguments → the tool's result JSON, or {"error": {"code", "message"}} with a 4xx/5xx status.
+The listed tools become the agent's one Tool type (without a handler: they run on the service), and a call's
+answer carries the ToolResult the model reads, whose `error_type` is the API's error code (or HTTP<status>).
 
 A service bound off loopback requires `Authorization: Bearer <token>` on every request (protocols/api/auth.py).
 The client sends the token it is given; a 401 is never a tool result the model sees, it is ChamberAuthError
@@ -13,14 +15,16 @@ saying whether a token was missing or refused, so a run against such a service e
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.models.base import ToolSpec
+from agent.tool import JsonObject, Tool, ToolResult
 
 
 class ChamberError(Exception):
@@ -54,11 +58,47 @@ def chamber_token(token_file: Path | None, environ: Mapping[str, str] = os.envir
     return environ.get(TOKEN_ENV, "").strip() or None
 
 
+class _ListedTool(BaseModel):
+    """One entry of GET /tools as the service sends it (the boundary: checked here, not trusted)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    input_schema: JsonObject | None = None
+
+    def tool(self) -> Tool:
+        return Tool(self.name, self.description, dict(self.input_schema or {}))
+
+
 @dataclass(frozen=True)
 class ChamberToolResult:
-    ok: bool
+    """The service's answer to one tool call: the HTTP status, the JSON body, and `result`, the ToolResult the
+    model reads (the body as JSON text; for a refusal, is_error with the API's error code as `error_type`)."""
+
     status: int
     body: Any  # the tool's result JSON, or the {"error": {...}} object
+    result: ToolResult
+
+    @property
+    def ok(self) -> bool:
+        return not self.result.is_error
+
+    @property
+    def error_type(self) -> str | None:
+        return self.result.error_type
+
+
+def tool_call_answer(status: int, body: Any) -> ChamberToolResult:
+    """A tool call's HTTP answer → ChamberToolResult. A status >= 400, or a body that is only an error object, is
+    a refusal named by the body's error code, else by the status (HTTP<status>)."""
+    refused = status >= 400 or (isinstance(body, dict) and "error" in body and len(body) == 1)
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    if not refused:
+        return ChamberToolResult(status, body, ToolResult(text))
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return ChamberToolResult(status, body, ToolResult(text, True, str(code or f"HTTP{status}")))
 
 
 class ChamberClient:
@@ -120,15 +160,20 @@ class ChamberClient:
         """Freeze the extraction; returns the service's SHA-256 of it. A second freeze raises (status 409)."""
         return str(self._json("POST", f"/sessions/{session_id}/extraction", "sha256", json={"payload": payload})["sha256"])
 
-    def list_tools(self) -> list[ToolSpec]:
+    def list_tools(self) -> list[Tool]:
+        """The chamber tools the service offers, as Tools without a handler (they run on the service)."""
         data = self._json("GET", "/tools")
         if not isinstance(data, list):
             raise ChamberError(f"GET /tools: expected a list of tools, got {type(data).__name__}")
-        try:
-            return [ToolSpec(str(t["name"]), str(t.get("description", "")), dict(t.get("input_schema") or {}))
-                    for t in data]
-        except (KeyError, TypeError) as e:
-            raise ChamberError(f"GET /tools: a tool lacks name/description/input_schema: {e}") from e
+        tools = []
+        for n, entry in enumerate(data):
+            try:
+                tools.append(_ListedTool.model_validate(entry).tool())
+            except ValidationError as e:
+                problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'entry'}: {err['msg']}" for err in e.errors())
+                raise ChamberError(f"GET /tools: tool {n} is not {{name, description, input_schema}}: {problems}; "
+                                   f"got {str(entry)[:200]}") from e
+        return tools
 
     def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> ChamberToolResult:
         """Call one chamber tool. A refusal (4xx/5xx with an error object) is a result, not an exception: the
@@ -138,5 +183,4 @@ class ChamberClient:
             body = resp.json()
         except ValueError:
             body = {"error": {"code": "bad_response", "message": resp.text[:500]}}
-        ok = resp.status_code < 400 and not (isinstance(body, dict) and "error" in body and len(body) == 1)
-        return ChamberToolResult(ok=ok, status=resp.status_code, body=body)
+        return tool_call_answer(resp.status_code, body)

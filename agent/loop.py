@@ -11,13 +11,12 @@ model delivered its answer through the tool; nothing here scores it.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.chamber_client import ChamberClient, ChamberError
 from agent.models.base import (
@@ -30,7 +29,6 @@ from agent.models.base import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    ToolSpec,
 )
 from agent.prompt import (
     SUBMIT_CHAMBER_OUTCOME,
@@ -54,7 +52,12 @@ from agent.record import (
     ToolSurface,
     kept_text,
 )
+from agent.tool import Tool, ToolResult
 from protocols.canonical import canonical_sha256
+
+if TYPE_CHECKING:
+    from agent.datasheet.manifest import ManifestCache
+    from protocols.claims import Claim
 
 log = logging.getLogger(__name__)
 
@@ -74,22 +77,6 @@ class Budget:
     backoff_s: float = 1.0
     max_retry_wait_s: float = 60.0  # the longest single wait before a retry (Retry-After or backoff)
     max_pause_turns: int = 5  # consecutive pause_turn continuations before the run ends as engine_error
-
-
-@dataclass(frozen=True)
-class ToolOutput:
-    text: str
-    is_error: bool = False
-    error_type: str | None = None
-    images: tuple[tuple[str, str], ...] = ()  # (mime type, base64 data) shown to the model beside the text
-
-
-@dataclass(frozen=True)
-class LocalTool:
-    """A phase-one tool run in process: its spec as offered and a handler from arguments to output."""
-
-    spec: ToolSpec
-    run: Callable[[dict[str, Any]], ToolOutput]
 
 
 @dataclass
@@ -112,56 +99,17 @@ class CellResult:
 
 
 # --------------------------------------------------------------------------------------------- datasheet tools
-def _envelope_text(envelope: Any) -> ToolOutput:
-    """The datasheet tools' envelope {content: [...], is_error} → text for the model (and the record)."""
-    if hasattr(envelope, "model_dump"):
-        envelope = envelope.model_dump()
-    if not isinstance(envelope, dict):
-        return ToolOutput(str(envelope))
-    content = envelope.get("content")
-    parts: list[str] = []
-    images: list[tuple[str, str]] = []
-    for item in content if isinstance(content, list) else [content]:
-        if isinstance(item, dict) and item.get("type") == "text":
-            parts.append(str(item.get("text", "")))
-        elif isinstance(item, dict) and item.get("type") == "image":
-            images.append((str(item.get("mime_type") or item.get("media_type") or "image/png"), str(item.get("data", ""))))
-        elif isinstance(item, str):
-            parts.append(item)
-        elif item is not None:
-            parts.append(json.dumps(item, ensure_ascii=False, default=str))
-    text = "\n".join(parts)
-    is_error = bool(envelope.get("is_error"))
-    error_type = text.split(":", 1)[0].strip() if is_error and ":" in text[:80] else None
-    return ToolOutput(text, is_error, error_type, tuple(images))
-
-
-def adapt_datasheet_tool(definition: Any) -> LocalTool:
-    """A framework-neutral datasheet ToolDefinition (name, description, schema, handler) → LocalTool."""
-    schema = next((getattr(definition, a) for a in ("input_schema", "parameters", "schema")
-                   if getattr(definition, a, None) is not None), {"type": "object", "properties": {}})
-    spec = ToolSpec(definition.name, definition.description, dict(schema))
-    handler = definition.handler
-
-    def run(arguments: dict[str, Any]) -> ToolOutput:
-        return _envelope_text(handler(arguments))
-
-    return LocalTool(spec, run)
-
-
-def datasheet_local_tools(pdf_path: Path, cache: Any = None) -> tuple[list[LocalTool], str]:
+def datasheet_local_tools(pdf_path: Path, cache: ManifestCache | None = None) -> tuple[list[Tool], str]:
     """Open a datasheet session on `pdf_path`; returns the phase-one tools and the tool surface version.
-    `cache` (a ManifestCache) lets sessions on the same document share one reading of it."""
-    from agent.datasheet import tools as ds_tools
+    `cache` lets sessions on the same document share one reading of it."""
+    from agent.datasheet.tools import TOOL_SURFACE_VERSION, DatasheetSession, datasheet_tools
 
-    session = ds_tools.DatasheetSession(pdf_path, cache)
-    version = str(getattr(ds_tools, "TOOL_SURFACE_VERSION", None) or getattr(ds_tools, "__version__", "unversioned"))
-    return [adapt_datasheet_tool(d) for d in ds_tools.datasheet_tools(session)], version
+    return datasheet_tools(DatasheetSession(pdf_path, cache)), TOOL_SURFACE_VERSION
 
 
-def tool_surface(specs: list[ToolSpec], name: str, version: str) -> ToolSurface:
-    schema = [{"name": s.name, "description": s.description, "input_schema": s.input_schema} for s in specs]
-    return ToolSurface(name=name, version=version, sha256=canonical_sha256(schema), tools=[s.name for s in specs],
+def tool_surface(tools: list[Tool], name: str, version: str) -> ToolSurface:
+    schema = [t.definition() for t in tools]
+    return ToolSurface(name=name, version=version, sha256=canonical_sha256(schema), tools=[t.name for t in tools],
                        specs=schema)
 
 
@@ -183,17 +131,10 @@ _STOP_OUTCOMES = {
 _ERROR_OUTCOMES = {"timeout": "timeout", "context_exceeded": "context_exceeded"}
 
 
-def _token_usage(u: Any) -> TokenUsage:
-    """The client's Usage → the record's TokenUsage, unknown counts staying unknown."""
-    if u is None:
-        return TokenUsage()
-    return TokenUsage(**asdict(u))  # the same five fields; TokenUsage forbids any other
-
-
 class _Cell:
     """The state of one run; `run_cell` is the public entry point."""
 
-    def __init__(self, claim: Any, model: ModelClient, tools: list[LocalTool], surface_version: str,
+    def __init__(self, claim: Claim, model: ModelClient, tools: list[Tool], surface_version: str,
                  writer: RecordWriter, chamber: ChamberClient | None, budget: Budget,
                  clock: Callable[[], float], sleep: Callable[[float], None] | None, datasheet: dict[str, Any],
                  config: dict[str, Any]) -> None:
@@ -206,11 +147,10 @@ class _Cell:
         self.sleep = sleep
         self.datasheet = datasheet
         self.config = config
-        self.local = {t.spec.name: t for t in tools}
-        self.phase_one_specs = [t.spec for t in tools] + [submit_extraction_tool()]
-        self.surface = tool_surface(self.phase_one_specs, TOOL_SURFACE_NAME, surface_version)
+        phase_one = [*tools, submit_extraction_tool()]
+        self.surface = tool_surface(phase_one, TOOL_SURFACE_NAME, surface_version)
         self.phase = "extraction"
-        self.offered: list[ToolSpec] = list(self.phase_one_specs)
+        self.offered: list[Tool] = phase_one
         self.session_id: str | None = None
         self.extraction: dict[str, Any] | None = None
         self.extraction_sha256: str | None = None
@@ -228,11 +168,9 @@ class _Cell:
         return None if self.budget.wall_s is None else self.budget.wall_s - (self.clock() - self.started)
 
     def _add_usage(self, turn: ModelTurn) -> None:
-        self.usage = self.usage.plus(_token_usage(turn.usage))
-        for name in ("input_tokens", "output_tokens"):
-            value = getattr(turn.usage, name)
-            if value is not None:
-                setattr(self, f"_known_{name}", getattr(self, f"_known_{name}") + value)
+        self.usage = self.usage.plus(turn.usage)
+        self._known_input_tokens += turn.usage.input_tokens or 0  # an unknown count adds nothing it can count
+        self._known_output_tokens += turn.usage.output_tokens or 0
 
     # -- the run
     def run(self) -> None:
@@ -367,10 +305,9 @@ class _Cell:
     def _record_turn(self, turn: ModelTurn | None, attempts: list[Attempt], errors: list[str]) -> None:
         fields: dict[str, Any] = {}
         if turn is not None:
-            u = turn.usage
             fields = dict(
                 stop_reason=turn.stop_reason, raw_stop_reason=turn.raw_stop_reason,
-                upstream_stop_reason=turn.upstream_stop_reason, usage=_token_usage(u), response_id=turn.response_id,
+                upstream_stop_reason=turn.upstream_stop_reason, usage=turn.usage, response_id=turn.response_id,
                 response_model=turn.response_model, text=turn.message.text,
                 reasoning="\n".join(b.text for b in turn.message.blocks if isinstance(b, ReasoningBlock)),
                 tool_calls=[{"id": c.id, "name": c.name} for c in turn.message.tool_calls],
@@ -387,25 +324,26 @@ class _Cell:
 
     # -- tools
     def _tool_call(self, call: ToolCallBlock) -> ToolResultBlock:
-        offered = {s.name for s in self.offered}
+        offered = {t.name: t for t in self.offered}
         phase = self.phase
         start = self.clock()
         ended: _RunEnded | None = None
-        if call.name not in offered:
-            out = ToolOutput(f"PermissionError: tool {call.name!r} is not offered in the {phase} phase; offered: "
-                             f"{', '.join(sorted(offered))}", True, "PermissionError")
+        tool = offered.get(call.name)
+        if tool is None:
+            out = ToolResult.error("PermissionError", f"tool {call.name!r} is not offered in the {phase} phase; "
+                                                      f"offered: {', '.join(sorted(offered))}")
             status = "denied"
         else:
             try:
-                out = self._execute(call)
+                out = self._execute(tool, call)
             except _RunEnded as e:  # recorded as this call's error, then the run ends
-                ended, out = e, ToolOutput(f"EngineError: {e.detail}", True, "EngineError")
+                ended, out = e, ToolResult.error("EngineError", e.detail)
             status = "error" if out.is_error else "ok"
         end = self.clock()
         self.tool_time_s += end - start
         blob, digest, size = self.writer.store_blob(out.text)
         attachments = []
-        delivery = getattr(self.model, "image_delivery", "tool_result")
+        delivery = self.model.image_delivery
         for mime, data in out.images:
             raw = base64.b64decode(data)
             a_blob, a_digest, a_size = self.writer.store_blob(raw, "." + mime.split("/")[-1])
@@ -423,27 +361,27 @@ class _Cell:
             raise ended
         return ToolResultBlock(call.id, out.text, out.is_error, out.images)
 
-    def _execute(self, call: ToolCallBlock) -> ToolOutput:
+    def _execute(self, tool: Tool, call: ToolCallBlock) -> ToolResult:
         if "_raw" in call.arguments and len(call.arguments) == 1:
-            return ToolOutput(f"InvalidArgument: arguments are not a JSON object: {str(call.arguments['_raw'])[:200]}",
-                              True, "InvalidArgument")
+            return ToolResult.error("InvalidArgument",
+                                    f"arguments are not a JSON object: {str(call.arguments['_raw'])[:200]}")
         if call.name == SUBMIT_EXTRACTION:
             return self._submit_extraction(call.arguments)
-        if self.phase == "extraction":
+        if tool.runs_here:
             try:
-                return self.local[call.name].run(call.arguments)
-            except Exception as e:  # a tool that raised instead of returning its envelope
-                return ToolOutput(f"{type(e).__name__}: {e}", True, type(e).__name__)
+                return tool(call.arguments)
+            except Exception as e:  # a tool that raised instead of returning its result
+                return ToolResult.from_exception(e)
         return self._chamber_tool(call)
 
-    def _submit_extraction(self, arguments: dict[str, Any]) -> ToolOutput:
+    def _submit_extraction(self, arguments: dict[str, Any]) -> ToolResult:
         if self.extraction is not None:
-            return ToolOutput("AlreadySubmitted: the extraction is frozen already", True, "AlreadySubmitted")
+            return ToolResult.error("AlreadySubmitted", "the extraction is frozen already")
         try:
             payload = ExtractionPayload.model_validate(arguments).model_dump(mode="json")
         except Exception as e:
-            return ToolOutput(f"ValidationError: {e}", True, "ValidationError")
-        chamber_specs: list[ToolSpec] | None = None
+            return ToolResult.error("ValidationError", str(e))
+        chamber_specs: list[Tool] | None = None
         if self.chamber is not None and self.session_id is not None:
             try:
                 digest = self.chamber.freeze_extraction(self.session_id, payload)
@@ -460,28 +398,23 @@ class _Cell:
             self.phase_two = "skipped"
             self.writer.write(PhaseChange, to_phase=None, extraction_sha256=digest, extraction=payload,
                               skipped_reason="no chamber service given; phase two skipped")
-            return ToolOutput(f"Extraction frozen (SHA-256 {digest}). No chamber is attached; the run ends here.")
+            return ToolResult(f"Extraction frozen (SHA-256 {digest}). No chamber is attached; the run ends here.")
         surface = tool_surface(chamber_specs, "chamber-tools", "service")
         self.writer.write(PhaseChange, to_phase="chamber", extraction_sha256=digest, extraction=payload,
                           chamber_session_id=self.session_id, chamber_tool_surface=surface)
         self.phase, self.offered, self.phase_two = "chamber", chamber_specs, "incomplete"
-        return ToolOutput(f"Extraction frozen (SHA-256 {digest}). Chamber tools now offered: "
+        return ToolResult(f"Extraction frozen (SHA-256 {digest}). Chamber tools now offered: "
                           f"{', '.join(s.name for s in chamber_specs)}. Finish with {SUBMIT_CHAMBER_OUTCOME}.")
 
-    def _chamber_tool(self, call: ToolCallBlock) -> ToolOutput:
+    def _chamber_tool(self, call: ToolCallBlock) -> ToolResult:
         assert self.chamber is not None and self.session_id is not None
         try:
-            result = self.chamber.call_tool(self.session_id, call.name, call.arguments)
+            answer = self.chamber.call_tool(self.session_id, call.name, call.arguments)
         except ChamberError as e:
             raise _RunEnded("engine_error", f"chamber tool {call.name} failed in transport: {e}") from e
-        text = json.dumps(result.body, ensure_ascii=False, default=str)
-        if not result.ok:
-            err = result.body.get("error") if isinstance(result.body, dict) else None
-            code = err.get("code") if isinstance(err, dict) else None
-            return ToolOutput(text, True, str(code or f"HTTP{result.status}"))
-        if call.name == SUBMIT_CHAMBER_OUTCOME:
-            self.chamber_outcome = result.body if result.body is not None else {}
-        return ToolOutput(text)
+        if answer.ok and call.name == SUBMIT_CHAMBER_OUTCOME:
+            self.chamber_outcome = answer.body if answer.body is not None else {}
+        return answer.result
 
     def finish(self, outcome: str, detail: str) -> RunEnd:
         return self.writer.write(
@@ -493,7 +426,7 @@ class _Cell:
 
 
 def run_cell(
-    claim: Any,
+    claim: Claim,
     *,
     model: ModelClient,
     datasheet: Path,
@@ -503,7 +436,7 @@ def run_cell(
     budget: Budget = Budget(),
     sleep: Callable[[float], None] | None = None,
     run_id: str | None = None,
-    tools: list[LocalTool] | None = None,
+    tools: list[Tool] | None = None,
     surface_version: str | None = None,
 ) -> CellResult:
     """Run one cell end to end and return its outcome; the record is `<record_dir>/<run_id>.jsonl`.
@@ -519,10 +452,13 @@ def run_cell(
     if tools is None:
         tools, version = datasheet_local_tools(datasheet)
         surface_version = surface_version or version
+    not_here = [t.name for t in tools if not t.runs_here]
+    if not_here:  # refused before a record is opened: phase one has no service to answer them
+        raise ValueError(f"phase-one tools run in process: expected a handler on every tool, {not_here} have none")
     ds_info = {"path": str(datasheet), "sha256": sha256_of(datasheet) if datasheet.exists() else None}
     config = {"budget": asdict(budget), "chamber": chamber.base_url if chamber is not None else None,
-              "model_options": getattr(model, "options", None) or {},
-              "model_endpoint": getattr(model, "base_url", None),
+              "model_options": dict(model.options),
+              "model_endpoint": model.base_url,
               "phase_two": "enabled" if chamber is not None else "skipped"}
     with RecordWriter(Path(record_dir), run_id, clock) as writer:
         cell = _Cell(claim, model, tools, surface_version or "unversioned", writer, chamber, budget, clock, sleep,

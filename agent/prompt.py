@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.models.base import ToolSpec
+from agent.tool import Tool
 
 SUBMIT_EXTRACTION = "submit_extraction"
 SUBMIT_CHAMBER_OUTCOME = "submit_chamber_outcome"
@@ -91,8 +91,8 @@ class ExtractionPayload(BaseModel):
         return self
 
 
-def submit_extraction_tool() -> ToolSpec:
-    return ToolSpec(
+def submit_extraction_tool() -> Tool:
+    return Tool(
         name=SUBMIT_EXTRACTION,
         description=(
             "Submit your extraction. Call once, after you have read the figure in the document. Give `value` for "
@@ -118,9 +118,9 @@ def submit_extraction_tool() -> ToolSpec:
     )
 
 
-def default_chamber_outcome_tool() -> ToolSpec:
+def default_chamber_outcome_tool() -> Tool:
     """Used only if the chamber service does not list submit_chamber_outcome itself."""
-    return ToolSpec(
+    return Tool(
         name=SUBMIT_CHAMBER_OUTCOME,
         description="End the chamber phase and report what you measured and concluded.",
         input_schema={"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]},

@@ -74,7 +74,9 @@ class RunStart(_Event):
 
 
 class TokenUsage(BaseModel):
-    """Token counts as the provider reported them; null = not reported (unknown), never a fabricated 0."""
+    """Token counts as the provider reported them; null = not reported (unknown), never a fabricated 0.
+
+    The one usage type: the model clients produce it from their wire format and the loop records it as is."""
 
     model_config = _STRICT
 
@@ -83,6 +85,13 @@ class TokenUsage(BaseModel):
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     reasoning_output_tokens: int | None = None  # part of output_tokens
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Input plus output (cache counts are inside input), or None when either is unknown."""
+        if self.input_tokens is None or self.output_tokens is None:
+            return None
+        return self.input_tokens + self.output_tokens
 
     @classmethod
     def zero(cls) -> TokenUsage:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.models.anthropic_client import from_anthropic_response, to_anthropic_request
-from agent.models.base import ModelError, ModelRequest, ModelTurn
+from agent.models.base import ModelClient, ModelError, ModelRequest, ModelTurn
 from agent.reader_text import NUM as _NUM
 from agent.reader_text import STOP_WORDS, Reading, markdown_tables, prose_readings, unit_factor
 from agent.reader_text import Table as _Table
@@ -337,7 +337,7 @@ class Sequence:
 
 
 # --------------------------------------------------------------------------------------------- in-process client
-class ScriptedClient:
+class ScriptedClient(ModelClient):
     """Runs a policy in process through the same Anthropic wire translation the SDK path uses."""
 
     provider = "scripted"

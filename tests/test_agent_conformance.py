@@ -7,21 +7,24 @@ unknown — never as a fabricated 0 or a mislabelled outcome.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 from anthropic.types import Message as AnthropicMessage
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from agent.loop import Budget, LocalTool, ToolOutput, run_cell
+from agent.loop import Budget, run_cell
 from agent.models.anthropic_client import AnthropicClient
-from agent.models.base import Message, ModelError, ModelRequest, TextBlock, ToolSpec, retry_after_seconds
+from agent.models.base import Message, ModelError, ModelRequest, TextBlock, retry_after_seconds
 from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
 from agent.record import read_record
+from agent.tool import Tool, ToolResult
 from conformance_server import Reply, replay, sdk_json
 from support import SteppingClock
 
-TOOLS = [ToolSpec("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
+TOOLS = [Tool("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
 REQUEST = ModelRequest("sys", [Message("user", [TextBlock("find VDD")])], TOOLS)
 
 
@@ -134,8 +137,8 @@ def test_anthropic_usage_without_cache_counts_leaves_the_total_unknown():
 
 
 # ------------------------------------------------------------------------------------------- in the record
-def _tools() -> list[LocalTool]:
-    return [LocalTool(TOOLS[0], lambda args: ToolOutput("page 6: VDD 1.7 3.6 V"))]
+def _tools() -> list[Tool]:
+    return [replace(TOOLS[0], handler=lambda args: ToolResult("page 6: VDD 1.7 3.6 V"))]
 
 
 
@@ -307,11 +310,11 @@ def assert_valid_request(kind: str, body: dict) -> None:
 
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
-PAGE_TOOL = ToolSpec("inspect_page", "Render a page.", {"type": "object", "properties": {"page": {"type": "integer"}}})
+PAGE_TOOL = Tool("inspect_page", "Render a page.", {"type": "object", "properties": {"page": {"type": "integer"}}})
 
 
-def _page_tools() -> list[LocalTool]:
-    return [LocalTool(PAGE_TOOL, lambda args: ToolOutput("PNG of page 6, 68 bytes", images=(("image/png", PNG),)))]
+def _page_tools() -> list[Tool]:
+    return [replace(PAGE_TOOL, handler=lambda args: ToolResult("PNG of page 6, 68 bytes", images=(("image/png", PNG),)))]
 
 
 def _chat_page_replies() -> list:

@@ -14,6 +14,7 @@ import pytest
 
 from agent.loop import Budget, run_cell
 from agent.models.anthropic_client import AnthropicClient
+from agent.models.base import ModelClient
 from agent.record import validate_record
 from agent.scripted import (
     ClosedBook,
@@ -261,7 +262,7 @@ def test_in_process_scripted_client_matches_the_sdk_path(claims, tmp_path):
 def test_records_are_flushed_line_by_line(claims, tmp_path):
     """A cell cut short by an exception in the model client still leaves a valid record ending in run_end."""
 
-    class Exploding:
+    class Exploding(ModelClient):
         provider, transport, model = "test", "in-process", "exploding"
 
         def complete(self, request):

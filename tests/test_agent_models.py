@@ -9,11 +9,12 @@ from fastapi.responses import JSONResponse
 
 from agent.models import MissingApiKey, client_for, parse_model_spec
 from agent.models.anthropic_client import AnthropicClient, from_anthropic_response
-from agent.models.base import Message, ModelError, ModelRequest, TextBlock, ToolResultBlock, ToolSpec
+from agent.models.base import Message, ModelError, ModelRequest, TextBlock, ToolResultBlock
 from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
 from agent.testserver import serve_app
+from agent.tool import Tool
 
-TOOLS = [ToolSpec("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
+TOOLS = [Tool("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
 
 
 def test_model_strings_name_their_client():

@@ -89,7 +89,7 @@ def test_datasheet_tool_descriptions_leak_nothing_and_do_not_depend_on_the_claim
         name = claim.identity.filename
         if name not in texts:
             tools, _ = datasheet_local_tools(shared_path("datasheets", name))
-            texts[name] = "\n".join(t.spec.description + str(t.spec.input_schema) for t in tools)
+            texts[name] = "\n".join(t.description + str(t.input_schema) for t in tools)
         text = texts[name]
         surfaces.add(text)
         words = {s for s in _forbidden(claim) if not re.fullmatch(r"[-–+]?[\d.]+", s)}

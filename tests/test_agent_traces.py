@@ -21,9 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from agent.loop import Budget, LocalTool, ToolOutput, run_cell
+from agent.loop import Budget, run_cell
 from agent.models.anthropic_client import AnthropicClient
-from agent.models.base import ToolSpec
 from agent.otlp import (
     OPENAI_COMPATIBLE,
     OtlpExportError,
@@ -36,6 +35,7 @@ from agent.otlp import (
 )
 from agent.record import read_record
 from agent.testserver import serve_app
+from agent.tool import Tool, ToolResult
 from conformance_server import Reply, SteppingClock, replay, sdk_json
 
 BIG = "row " * 3000  # 12 kB: larger than the record's 4 kB inline prefix, so only the blob has all of it
@@ -63,10 +63,10 @@ def otlp_receiver() -> Iterator[tuple[str, list[ExportTraceServiceRequest], list
 
 
 
-def _tools() -> list[LocalTool]:
-    spec = ToolSpec("search_text", "Find a phrase in the datasheet.",
-                    {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
-    return [LocalTool(spec, lambda a: ToolOutput(f"hits for {a['query']}: " + BIG))]
+def _tools() -> list[Tool]:
+    return [Tool("search_text", "Find a phrase in the datasheet.",
+                 {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+                 lambda a: ToolResult(f"hits for {a['query']}: " + BIG))]
 
 
 def _message(content, stop, mid, usage):

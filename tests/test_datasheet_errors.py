@@ -1,4 +1,5 @@
-"""Bad input never escapes a datasheet tool: each case returns one `is_error` envelope naming the problem."""
+"""Bad input never escapes a datasheet tool: each case returns one `is_error` result naming the problem, its type
+in the `error_type` field and again at the head of the text the model reads."""
 
 from __future__ import annotations
 
@@ -9,16 +10,17 @@ import pymupdf
 import pytest
 
 from agent.datasheet import DatasheetSession, datasheet_tools
+from agent.tool import ToolResult
 
 
 def _tools(path) -> dict:
     return {t.name: t for t in datasheet_tools(DatasheetSession(path))}
 
 
-def _error(result: dict) -> str:
-    assert result["is_error"] is True
-    text = result["content"][0]["text"]
-    assert ": " in text
+def _error(result: ToolResult) -> str:
+    assert result.is_error is True and result.images == ()
+    text = result.text
+    assert result.error_type and text.startswith(f"{result.error_type}: ")
     return text
 
 
@@ -99,9 +101,9 @@ def test_page_without_text_layer(tmp_path):
     tools = _tools(p)
     msg = _error(tools["extract_table_markdown"]({"page": 1}))
     assert msg.startswith("NoTextLayer: ") and "inspect_page" in msg
-    manifest = json.loads(tools["build_datasheet"]({})["content"][0]["text"])
+    manifest = json.loads(tools["build_datasheet"]({}).text)
     assert manifest["pages_without_text"] == [1]
-    assert "inspect_page" in tools["get_section_text"]({"start_page": 1, "end_page": 1})["content"][0]["text"]
+    assert "inspect_page" in tools["get_section_text"]({"start_page": 1, "end_page": 1}).text
 
 
 @pytest.mark.parametrize("page", [0, 3, -1, 1000])
@@ -133,8 +135,10 @@ def test_region_outside_page(small_pdf, region):
 
 def test_inspect_page_region_png(small_pdf):
     res = _tools(small_pdf)["inspect_page"]({"page": 1, "region": [50, 50, 300, 120], "dpi": 72})
-    assert res["is_error"] is False
-    png = base64.b64decode(res["content"][0]["data"])
+    assert res.is_error is False and res.error_type is None
+    (mime, data), = res.images
+    assert mime == "image/png" and res.text == f"PNG of page 1, {len(base64.b64decode(data))} bytes"
+    png = base64.b64decode(data)
     assert png.startswith(b"\x89PNG")
     pix = pymupdf.Pixmap(png)
     assert (pix.width, pix.height) == (250, 70)
@@ -142,7 +146,7 @@ def test_inspect_page_region_png(small_pdf):
 
 def test_search_on_made_pdf_normalises(small_pdf):
     res = _tools(small_pdf)["search_text"]({"query": "-40 to 85 °C", "page": 2})
-    hits = json.loads(res["content"][0]["text"])["hits"]
+    hits = json.loads(res.text)["hits"]
     assert [h["page"] for h in hits] == [2]
 
 

@@ -20,7 +20,7 @@ import json, sys
 from agent.datasheet import DatasheetSession, datasheet_tools
 tools = {t.name: t.handler for t in datasheet_tools(DatasheetSession(sys.argv[1]))}
 result = tools["search_text"]({"query": "operating range"})
-print(json.dumps({"hits": json.loads(result["content"][0]["text"])["hits"],
+print(json.dumps({"hits": json.loads(result.text)["hits"],
                   "loaded": sorted(m for m in ("onnxruntime", "pymupdf.layout", "pymupdf4llm")
                                    if sys.modules.get(m) is not None)}))
 """

@@ -16,14 +16,14 @@ import httpx
 import pytest
 
 from agent.inspect_log import records_to_eval_logs
-from agent.loop import Budget, LocalTool, ToolOutput, run_cell
+from agent.loop import Budget, run_cell
 from agent.models.anthropic_client import AnthropicClient
-from agent.models.base import ToolSpec
 from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
 from agent.otlp import record_to_otlp
 from agent.record import read_record, validate_record
 from agent.scoring.pricing import Price, PriceTable
 from agent.scoring.score import score_paths
+from agent.tool import Tool, ToolResult
 from agent.scripted import ScriptedClient
 from conformance_server import Reply, replay
 from support import SteppingClock
@@ -36,9 +36,9 @@ SEARCH = {"query": "operating range"}
 PRICES = PriceTable({"model-under-test": Price(3.0, 15.0, 0.3, 3.75)})
 
 
-def _tools() -> list[LocalTool]:
-    spec = ToolSpec("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})
-    return [LocalTool(spec, lambda a: ToolOutput("page 1: Operating range 300 – 1200 hPa"))]
+def _tools() -> list[Tool]:
+    return [Tool("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}},
+                 lambda a: ToolResult("page 1: Operating range 300 – 1200 hPa"))]
 
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import bench_cli
 from agent.loop import run_cell
+from agent.models.base import ModelClient
 from agent.record import validate_record
 from agent.scoring.arms import ArmError, arm_setup
 from agent.scoring.matrix import plan, run_matrix
@@ -79,14 +80,14 @@ def test_reader_yields_no_flag(claims, datasheets, tmp_path):
 def test_arms_change_the_offered_surface_and_the_outputs(claims, datasheets, tmp_path):
     claim = claims["dps310-pressure-precision-high"]
     pdf = datasheets / claim.identity.filename
-    names = lambda arm: [t.spec.name for t in arm_setup(arm, pdf, decoy_pdf=datasheets / "A4988.pdf").tools]  # noqa: E731
+    names = lambda arm: [t.name for t in arm_setup(arm, pdf, decoy_pdf=datasheets / "A4988.pdf").tools]  # noqa: E731
     assert names("normal") == ["build_datasheet", "get_section_text", "search_text", "extract_table_markdown", "inspect_page"]
     assert names("withhold-crosscheck") == ["build_datasheet", "get_section_text", "inspect_page"]
     assert names("closed-book") == names("withhold-navigation") == names("single-pass") == []
     null = arm_setup("null-tool", pdf).tools
-    assert all(t.run({"query": "pressure"}).text == "" for t in null)
-    wrong = {t.spec.name: t for t in arm_setup("wrong-content", pdf, decoy_pdf=datasheets / "A4988.pdf").tools}
-    assert "A4988" in wrong["build_datasheet"].run({}).text
+    assert all(t({"query": "pressure"}).text == "" for t in null)
+    wrong = {t.name: t for t in arm_setup("wrong-content", pdf, decoy_pdf=datasheets / "A4988.pdf").tools}
+    assert "A4988" in wrong["build_datasheet"]({}).text
     with pytest.raises(ArmError):
         arm_setup("wrong-content", pdf)
     with pytest.raises(ArmError):
@@ -159,7 +160,7 @@ def test_cli_score_and_report_json(claims, datasheets, tmp_path, capsys):
     assert "error" in json.loads(capsys.readouterr().out)
 
 
-class _Flaky:
+class _Flaky(ModelClient):
     """A model client that fails with HTTP 500 while `broken[0]` is true, then behaves like closed-book."""
 
     provider, transport, model = "scripted", "in-process", "scripted:closed-book"

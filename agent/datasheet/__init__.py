@@ -31,14 +31,13 @@ _keep_layout_engines_out()
 
 from .document import DatasheetToolError  # noqa: E402  (after the guard above: these import pymupdf)
 from .manifest import Manifest, ManifestCache, build_datasheet, load_datasheet  # noqa: E402
-from .tools import DatasheetSession, ToolDefinition, datasheet_tools  # noqa: E402
+from .tools import DatasheetSession, datasheet_tools  # noqa: E402
 
 __all__ = [
     "DatasheetSession",
     "DatasheetToolError",
     "Manifest",
     "ManifestCache",
-    "ToolDefinition",
     "build_datasheet",
     "datasheet_tools",
     "load_datasheet",

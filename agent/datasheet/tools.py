@@ -2,8 +2,9 @@
 
 Why: the agent reads a datasheet only through these tools, with the seed paper's names and meaning so its
 detector rules (tool-bypass, verification-skipped) carry over. Each definition carries a description written for a
-model, a JSON schema and a handler that never raises: every result is `{content, is_error}`, and an error reads
-"TypeName: message". Model clients (another issue) register these definitions with their own SDKs.
+model, a JSON schema and a handler that never raises: every result is a ToolResult (agent/tool.py), and an error
+reads "TypeName: message" with the type name also in its `error_type` field. They are the agent's one Tool type,
+which each model client turns into its own wire shape.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import pymupdf
+
+from agent.tool import JsonObject, Tool, ToolResult
 
 from .document import (
     DatasheetToolError,
@@ -34,26 +36,6 @@ TOOL_SURFACE_VERSION = "chamberlab-datasheet-tools/1"
 
 class EmptyQuery(DatasheetToolError):
     pass
-
-
-@dataclass(frozen=True)
-class ToolDefinition:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    handler: Callable[[dict[str, Any]], dict[str, Any]]
-
-    def __call__(self, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self.handler(arguments or {})
-
-
-def ok(text: str, **extra: Any) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
-    return {"content": content, "is_error": False, **extra}
-
-
-def error_envelope(exc: BaseException) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": f"{type(exc).__name__}: {exc}"}], "is_error": True}
 
 
 class DatasheetSession:
@@ -208,8 +190,8 @@ class DatasheetSession:
 
 
 # ------------------------------------------------------------------------------------------------------ definitions
-def _guard(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def handler(args: dict[str, Any]) -> dict[str, Any]:
+def _guard(fn: Callable[[JsonObject], ToolResult]) -> Callable[[JsonObject], ToolResult]:
+    def handler(args: JsonObject) -> ToolResult:
         try:
             if not isinstance(args, dict):
                 raise InvalidArgument(f"arguments must be a JSON object, got {type(args).__name__}")
@@ -217,7 +199,7 @@ def _guard(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str
         except Exception as exc:  # no exception escapes a tool: the model reads the error instead
             if not isinstance(exc, DatasheetToolError):
                 log.warning("datasheet tool failed: %s", exc, exc_info=True)
-            return error_envelope(exc)
+            return ToolResult.from_exception(exc)
 
     return handler
 
@@ -228,44 +210,39 @@ def _unknown(args: dict[str, Any], allowed: set[str]) -> None:
         raise InvalidArgument(f"unknown argument(s) {extra}; expected {sorted(allowed)}")
 
 
-def datasheet_tools(session: DatasheetSession) -> list[ToolDefinition]:
+def datasheet_tools(session: DatasheetSession) -> list[Tool]:
     """The five tools bound to `session` (build_datasheet, get_section_text, search_text, extract_table_markdown,
     inspect_page)."""
 
-    def build(args: dict[str, Any]) -> dict[str, Any]:
+    def build(args: JsonObject) -> ToolResult:
         _unknown(args, set())
-        return ok(json.dumps(session.build(), ensure_ascii=False))
+        return ToolResult(json.dumps(session.build(), ensure_ascii=False))
 
-    def section(args: dict[str, Any]) -> dict[str, Any]:
+    def section(args: JsonObject) -> ToolResult:
         _unknown(args, {"start_page", "end_page"})
-        return ok(session.section_text(args.get("start_page"), args.get("end_page", args.get("start_page"))))
+        return ToolResult(session.section_text(args.get("start_page"), args.get("end_page", args.get("start_page"))))
 
-    def search(args: dict[str, Any]) -> dict[str, Any]:
+    def search(args: JsonObject) -> ToolResult:
         _unknown(args, {"query", "page", "max_results"})
         hits = session.search(args.get("query"), args.get("page"), args.get("max_results", 20))
         payload: dict[str, Any] = {"query": args.get("query"), "hits": hits}
         if not hits:
             payload["hint"] = "No match. Try a shorter query (a number alone, or one word of the parameter name)."
-        return ok(json.dumps(payload, ensure_ascii=False))
+        return ToolResult(json.dumps(payload, ensure_ascii=False))
 
-    def table(args: dict[str, Any]) -> dict[str, Any]:
+    def table(args: JsonObject) -> ToolResult:
         _unknown(args, {"page"})
-        return ok(session.table_markdown(args.get("page")))
+        return ToolResult(session.table_markdown(args.get("page")))
 
-    def inspect(args: dict[str, Any]) -> dict[str, Any]:
+    def inspect(args: JsonObject) -> ToolResult:
         _unknown(args, {"page", "region", "dpi"})
         png = session.page_png(args.get("page"), args.get("region"), args.get("dpi", 100))
-        return {
-            "content": [
-                {"type": "image", "mime_type": "image/png", "data": base64.b64encode(png).decode("ascii")},
-                {"type": "text", "text": f"PNG of page {args.get('page')}, {len(png)} bytes"},
-            ],
-            "is_error": False,
-        }
+        return ToolResult(f"PNG of page {args.get('page')}, {len(png)} bytes",
+                          images=(("image/png", base64.b64encode(png).decode("ascii")),))
 
     page_prop = {"type": "integer", "minimum": 1, "description": "1-based physical page number"}
     return [
-        ToolDefinition(
+        Tool(
             "build_datasheet",
             "Overview of the datasheet bound to this session: page count, part, revision, table of contents with "
             "page numbers and where it came from (toc_source: pdf_outline = exact bookmarks, reconstructed = "
@@ -273,7 +250,7 @@ def datasheet_tools(session: DatasheetSession) -> list[ToolDefinition]:
             {"type": "object", "properties": {}, "additionalProperties": False},
             _guard(build),
         ),
-        ToolDefinition(
+        Tool(
             "get_section_text",
             "The text of pages start_page..end_page (at most 30) in reading order, with '=== Page N ===' markers, "
             "running headers and footers removed, and a note when a table continues onto the next page.",
@@ -285,7 +262,7 @@ def datasheet_tools(session: DatasheetSession) -> list[ToolDefinition]:
             },
             _guard(section),
         ),
-        ToolDefinition(
+        Tool(
             "search_text",
             "Find a value, parameter name or phrase. Tries an exact match, then a normalised one (dashes/minus, "
             "µ/μ, °/º, ±/+/-, ligatures, hyphenation and spacing ignored), then the words of a table row even when "
@@ -302,7 +279,7 @@ def datasheet_tools(session: DatasheetSession) -> list[ToolDefinition]:
             },
             _guard(search),
         ),
-        ToolDefinition(
+        Tool(
             "extract_table_markdown",
             "The tables of one page as markdown, rebuilt from the words' positions: numbers kept whole, minus signs "
             "as '-', the caption and test conditions printed above each table kept with it, and a group's label and "
@@ -315,7 +292,7 @@ def datasheet_tools(session: DatasheetSession) -> list[ToolDefinition]:
             },
             _guard(table),
         ),
-        ToolDefinition(
+        Tool(
             "inspect_page",
             "A PNG image of a page, or of a region [x0, y0, x1, y1] in PDF points (origin top-left), to check a "
             "figure, a drawn table or a page without a text layer.",

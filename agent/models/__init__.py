@@ -28,13 +28,13 @@ from agent.models.base import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    ToolSpec,
-    Usage,
 )
+from agent.record import TokenUsage
+from agent.tool import Tool, ToolResult
 
 __all__ = [
     "Message", "MissingApiKey", "ModelClient", "ModelError", "ModelRequest", "ModelTurn", "TextBlock",
-    "ToolCallBlock", "ToolResultBlock", "ToolSpec", "Usage", "client_for", "parse_model_spec",
+    "TokenUsage", "Tool", "ToolCallBlock", "ToolResult", "ToolResultBlock", "client_for", "parse_model_spec",
 ]
 
 ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"

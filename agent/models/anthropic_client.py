@@ -24,12 +24,13 @@ from agent.models.base import (
     StopReason,
     TextBlock,
     ToolCallBlock,
+    ToolChoice,
     ToolResultBlock,
-    ToolSpec,
-    Usage,
     reported_int,
     retry_after_seconds,
 )
+from agent.record import TokenUsage
+from agent.tool import Tool
 
 PROVIDER = "anthropic"
 
@@ -79,11 +80,11 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
-    return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools]
+def to_anthropic_tools(tools: list[Tool]) -> list[dict[str, Any]]:
+    return [t.definition() for t in tools]
 
 
-def to_anthropic_tool_choice(choice: Any) -> dict[str, Any]:
+def to_anthropic_tool_choice(choice: ToolChoice) -> dict[str, Any]:
     if isinstance(choice, dict):
         return {"type": "tool", "name": choice["name"]}
     return {"type": choice}
@@ -103,7 +104,7 @@ def to_anthropic_request(request: ModelRequest, model: str) -> dict[str, Any]:
     return body
 
 
-def from_anthropic_response(data: dict[str, Any]) -> tuple[Message, StopReason, str | None, Usage, str | None]:
+def from_anthropic_response(data: dict[str, Any]) -> tuple[Message, StopReason, str | None, TokenUsage, str | None]:
     """A Messages response body → (assistant message, stop reason, raw stop reason, usage, response model)."""
     blocks: list[Any] = []
     raw_content = list(data.get("content") or [])
@@ -125,20 +126,20 @@ def from_anthropic_response(data: dict[str, Any]) -> tuple[Message, StopReason, 
     return message, stop, raw_stop, usage, data.get("model")
 
 
-def anthropic_usage(u: Any) -> Usage:
-    """Messages `usage` → Usage. Anthropic's input_tokens EXCLUDES cache reads and writes; the record's includes
+def anthropic_usage(u: Any) -> TokenUsage:
+    """Messages `usage` → TokenUsage. Anthropic's input_tokens EXCLUDES cache reads and writes; the record's includes
     them, so they are added — but only when reported: an unreported cache count makes the total unknown too,
     because the fresh-input part alone would understate it. Thinking tokens are
     `output_tokens_details.thinking_tokens` (already inside output_tokens)."""
     if not isinstance(u, dict):
-        return Usage()
+        return TokenUsage()
     fresh = reported_int(u.get("input_tokens"))
     read = reported_int(u.get("cache_read_input_tokens"))
     write = reported_int(u.get("cache_creation_input_tokens"))
     details = u.get("output_tokens_details")
     thinking = reported_int(details.get("thinking_tokens")) if isinstance(details, dict) else None
     total = None if fresh is None or read is None or write is None else fresh + read + write
-    return Usage(input_tokens=total, output_tokens=reported_int(u.get("output_tokens")),
+    return TokenUsage(input_tokens=total, output_tokens=reported_int(u.get("output_tokens")),
                  cache_read_input_tokens=read, cache_creation_input_tokens=write, reasoning_output_tokens=thinking)
 
 
@@ -209,7 +210,7 @@ class AnthropicClient:
         message, stop, raw_stop, usage, response_model = from_anthropic_response(data)
         wire = raw.http_response.json()
         if not isinstance(wire, dict) or not isinstance(wire.get("usage"), dict):
-            usage = Usage()  # whatever the SDK filled in, the wire reported no usage: unknown
+            usage = TokenUsage()  # whatever the SDK filled in, the wire reported no usage: unknown
         return ModelTurn(
             message=message,
             stop_reason=stop,

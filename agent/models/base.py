@@ -3,30 +3,28 @@
 Why: the loop, the record and the scripted policies must not care whether a turn came from Anthropic, the OpenAI
 Responses API or a chat-completions passthrough. Each client translates this neutral conversation to its wire
 format and back, keeping the provider's own output items (`Message.raw`) so that opaque state — thinking
-signatures, encrypted reasoning — is sent back verbatim on the next turn.
+signatures, encrypted reasoning — is sent back verbatim on the next turn. The tools offered are the agent's one
+`Tool` type (agent/tool.py) and a turn's usage is the record's own `TokenUsage`, so nothing is copied field by
+field between the client, the loop and the record.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from types import MappingProxyType
 from typing import Any, Literal, Protocol
+
+from agent.record import TokenUsage
+from agent.tool import JsonObject, Tool
 
 # Normalised stop reasons. Anything else a provider returns is kept verbatim in ModelTurn.raw_stop_reason and
 # normalised to "other" so the loop can still refuse to score it as a pass.
 StopReason = Literal[
     "tool_use", "end_turn", "max_tokens", "pause_turn", "refusal", "context_exceeded", "stop_sequence", "other"
 ]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool as offered to a model: the name, the description written for the model, and a JSON schema."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ class ToolCallBlock:
 
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
     type: Literal["tool_call"] = "tool_call"
 
 
@@ -116,30 +114,10 @@ class ModelRequest:
 
     system: str
     messages: list[Message]
-    tools: list[ToolSpec]
+    tools: list[Tool]
     tool_choice: ToolChoice = "auto"
     max_tokens: int = 4096
     timeout_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts normalised the OpenTelemetry way: `input_tokens` INCLUDES cache reads and writes.
-
-    None means the provider did not report that count. It is never replaced by 0: a record that says 0 claims
-    the model consumed nothing, which a researcher would then sum and price."""
-
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    reasoning_output_tokens: int | None = None
-
-    @property
-    def total_tokens(self) -> int | None:
-        if self.input_tokens is None or self.output_tokens is None:
-            return None
-        return self.input_tokens + self.output_tokens
 
 
 def reported_int(value: Any) -> int | None:
@@ -160,7 +138,7 @@ class ModelTurn:
     message: Message
     stop_reason: StopReason
     raw_stop_reason: str | None
-    usage: Usage
+    usage: TokenUsage
     http_status: int | None = None
     request_id: str | None = None
     retries: int = 0  # retries the transport made on its own (the loop's retries are counted separately)
@@ -237,20 +215,28 @@ class MissingApiKey(RuntimeError):
 
 
 class ModelClient(Protocol):
-    """One call, one turn. `provider` and `transport` name where turns come from, for the record."""
+    """One call, one turn. `provider` and `transport` name where turns come from, for the record.
+
+    A client that subclasses this protocol explicitly inherits the defaults below (an in-process client with no
+    options that speaks the Anthropic wire format's image placement); the loop reads every attribute directly."""
 
     provider: str
     transport: str
     model: str
     # How images a tool returns reach the model: inside the tool result, in a user message after the tool
-    # results, or not at all (a text-only model). The record copies it onto every attachment. Clients that
-    # do not say are read as "tool_result" (the Anthropic wire format the scripted client also speaks).
-    image_delivery: ImageDelivery
+    # results, or not at all (a text-only model). The record copies it onto every attachment.
+    image_delivery: ImageDelivery = "tool_result"
+    # The model options the client was built with (thinking, effort, ...) and the endpoint it calls, for the
+    # record's config; an in-process client has none.
+    options: Mapping[str, Any] = MappingProxyType({})
+    base_url: str | None = None
+    accepts_pdf: bool = False  # reads a whole PDF in a user message (DocumentBlock) itself
+
 
     def complete(self, request: ModelRequest) -> ModelTurn: ...
 
 
-def parse_arguments(text: Any) -> dict[str, Any]:
+def parse_arguments(text: Any) -> JsonObject:
     """Tool-call arguments arrive as a JSON string from OpenAI-style APIs (some gateways send the object itself);
     keep unparsable text visible."""
     if isinstance(text, dict):

@@ -28,11 +28,11 @@ from agent.models.base import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    Usage,
     parse_arguments,
     reported_int,
     retry_after_seconds,
 )
+from agent.record import TokenUsage
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window", "too many tokens")
 
@@ -97,7 +97,7 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
     return items
 
 
-def from_responses_output(data: dict[str, Any]) -> tuple[Message, StopReason, str | None, Usage]:
+def from_responses_output(data: dict[str, Any]) -> tuple[Message, StopReason, str | None, TokenUsage]:
     blocks: list[Any] = []
     refused = False
     output = list(data.get("output") or [])
@@ -140,13 +140,13 @@ def from_responses_output(data: dict[str, Any]) -> tuple[Message, StopReason, st
         responses_usage(data.get("usage"))
 
 
-def responses_usage(u: Any) -> Usage:
-    """Responses `usage` → Usage (input_tokens already includes cached tokens); unreported counts stay None."""
+def responses_usage(u: Any) -> TokenUsage:
+    """Responses `usage` → TokenUsage (input_tokens already includes cached tokens); unreported counts stay None."""
     if not isinstance(u, dict):
-        return Usage()
+        return TokenUsage()
     inp = u.get("input_tokens_details") if isinstance(u.get("input_tokens_details"), dict) else {}
     out = u.get("output_tokens_details") if isinstance(u.get("output_tokens_details"), dict) else {}
-    return Usage(input_tokens=reported_int(u.get("input_tokens")), output_tokens=reported_int(u.get("output_tokens")),
+    return TokenUsage(input_tokens=reported_int(u.get("input_tokens")), output_tokens=reported_int(u.get("output_tokens")),
                  cache_read_input_tokens=reported_int(inp.get("cached_tokens")),
                  cache_creation_input_tokens=reported_int(inp.get("cache_write_tokens")),
                  reasoning_output_tokens=reported_int(out.get("reasoning_tokens")))
@@ -287,7 +287,7 @@ _UPSTREAM: dict[str, StopReason] = {
 
 
 def chat_stop_reason(finish: str | None, choice: dict[str, Any], msg: dict[str, Any], has_calls: bool,
-                     has_text: bool, usage: Usage, gateway: str | None) -> tuple[StopReason, str | None]:
+                     has_text: bool, usage: TokenUsage, gateway: str | None) -> tuple[StopReason, str | None]:
     """finish_reason (and what a gateway says about the upstream) → (normalised stop reason, upstream reason).
 
     LiteLLM flattens Anthropic's model_context_window_exceeded (and pause_turn) to `stop`; with the upstream
@@ -329,11 +329,11 @@ def _tool_call_block(call: Any) -> ToolCallBlock:
     return ToolCallBlock(call_id, name, parse_arguments(fn.get("arguments")))
 
 
-def chat_usage(u: Any) -> Usage:
-    """Chat `usage` → Usage. prompt_tokens includes cached tokens (OpenAI convention; LiteLLM follows it);
+def chat_usage(u: Any) -> TokenUsage:
+    """Chat `usage` → TokenUsage. prompt_tokens includes cached tokens (OpenAI convention; LiteLLM follows it);
     cache writes come as prompt_tokens_details.cache_write_tokens or LiteLLM's cache_creation_input_tokens."""
     if not isinstance(u, dict):
-        return Usage()
+        return TokenUsage()
     pd = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
     cd = u.get("completion_tokens_details") if isinstance(u.get("completion_tokens_details"), dict) else {}
     read = reported_int(pd.get("cached_tokens"))
@@ -342,7 +342,7 @@ def chat_usage(u: Any) -> Usage:
     write = reported_int(pd.get("cache_write_tokens"))
     if write is None:
         write = reported_int(u.get("cache_creation_input_tokens"))
-    return Usage(input_tokens=reported_int(u.get("prompt_tokens")),
+    return TokenUsage(input_tokens=reported_int(u.get("prompt_tokens")),
                  output_tokens=reported_int(u.get("completion_tokens")),
                  cache_read_input_tokens=read, cache_creation_input_tokens=write,
                  reasoning_output_tokens=reported_int(cd.get("reasoning_tokens")))
@@ -358,13 +358,13 @@ def detect_gateway(headers: Any) -> str | None:
 
 
 def from_chat_response(data: dict[str, Any], gateway: str | None = None
-                       ) -> tuple[Message, StopReason, str | None, Usage]:
+                       ) -> tuple[Message, StopReason, str | None, TokenUsage]:
     message, stop, raw_stop, usage, _ = parse_chat_response(data, gateway)
     return message, stop, raw_stop, usage
 
 
 def parse_chat_response(data: dict[str, Any], gateway: str | None = None
-                        ) -> tuple[Message, StopReason, str | None, Usage, str | None]:
+                        ) -> tuple[Message, StopReason, str | None, TokenUsage, str | None]:
     """A chat completion → (message, stop reason, raw finish_reason, usage, upstream stop reason)."""
     choices = data.get("choices") or []
     if not choices or not isinstance(choices[0], dict):

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.loop import LocalTool, ToolOutput, datasheet_local_tools
+from agent.loop import datasheet_local_tools
 from agent.models.base import DocumentBlock, ImageBlock, Message, ModelClient, ModelRequest, ModelTurn, TextBlock
 from agent.scoring.cells import ARM_MARK, CROSS_CHECK_TOOLS, NAVIGATION_TOOLS
+from agent.tool import Tool, ToolResult
 
 if TYPE_CHECKING:
     from agent.datasheet import DatasheetSession
@@ -41,7 +42,7 @@ class ArmSetup:
     """What run_cell needs for one arm: the phase-one tools, the surface version and (single-pass) a model wrapper."""
 
     arm: str
-    tools: list[LocalTool]
+    tools: list[Tool]
     surface_version: str
     wrap_model: Any = None  # callable(model) -> model, or None
 
@@ -49,9 +50,9 @@ class ArmSetup:
         return self.wrap_model(model) if self.wrap_model is not None else model
 
 
-def null_tool(tool: LocalTool) -> LocalTool:
+def null_tool(tool: Tool) -> Tool:
     """The same tool as offered, answering every call with empty content (no error)."""
-    return LocalTool(tool.spec, lambda arguments: ToolOutput(""))
+    return dataclasses.replace(tool, handler=lambda arguments: ToolResult(""))
 
 
 def arm_setup(arm: str, pdf: Path, *, decoy_pdf: Path | None = None, cache: Any = None) -> ArmSetup:
@@ -70,9 +71,9 @@ def arm_setup(arm: str, pdf: Path, *, decoy_pdf: Path | None = None, cache: Any 
         return ArmSetup(arm, [], f"none{ARM_MARK}{arm}", lambda model: DocumentInRequest(model, Path(pdf)))
     tools, version = datasheet_local_tools(Path(pdf), cache)
     if arm == "withhold-crosscheck":
-        tools = [t for t in tools if t.spec.name not in CROSS_CHECK_TOOLS]
+        tools = [t for t in tools if t.name not in CROSS_CHECK_TOOLS]
     elif arm == "null-tool":
-        tools = [null_tool(t) if t.spec.name in NAVIGATION_TOOLS else t for t in tools]
+        tools = [null_tool(t) if t.name in NAVIGATION_TOOLS else t for t in tools]
     return ArmSetup(arm, tools, f"{version}{ARM_MARK}{arm}")
 
 
@@ -82,7 +83,7 @@ def document_text(s: DatasheetSession) -> str:
     return "\n".join(s.section_text(a, min(a + 29, pages)) for a in range(1, pages + 1, 30))
 
 
-class DocumentInRequest:
+class DocumentInRequest(ModelClient):
     """A model client that puts the whole document into the first user message of every request (single-pass
     baseline): the PDF itself for a backend that reads PDFs (`accepts_pdf`), else every page rendered as an image
     (`page_dpi`), in both cases with the text layer beside it so a text-only reading is possible too."""
