@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 import bench_cli
-import cli_common
 from chamber import open_chamber
 from chamber.catalogue import VariableCatalogue
 from chamber.errors import LimitsError
@@ -304,7 +303,7 @@ def test_an_interrupted_main_job_is_indexed_interrupted_prints_its_summary_and_l
         raise KeyboardInterrupt("SIGTERM")
 
     monkeypatch.setattr(safe_state, "apply_safe_state", recording_apply)
-    monkeypatch.setattr(cli_common, "StepProgress", interrupted_checks)
+    monkeypatch.setattr(bench_cli, "StepProgress", interrupted_checks)
     code, summary = cli("run", "--runs-dir", str(tmp_path), "--no-agent", "--no-station", "--rows", "10", "--json",
                         capsys=capsys)
     assert code == 130 and summary["interrupted"] is True
