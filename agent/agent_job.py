@@ -41,7 +41,8 @@ def _finished(record: Path) -> str | None:
 def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: Any, datasheets_dir: Path, run_dir: Path,
                   run_id: str, index: RunIndex, api_url: str | None, selected: Sequence[str] | None = None,
                   progress: JobProgress = Quiet()) -> dict[str, Any]:
-    """Run the cells of `claims` (only the `selected` ids, when given) that have a datasheet in `datasheets_dir`,
+    """Run the cells of `claims` (only the `selected` ids, when given) that print a figure to extract
+    (Source.prints_figure) and have a datasheet in `datasheets_dir`,
     record each in `run_dir/cells` and the index, score them into `run_dir/scores.json`; returns the summary."""
     import httpx
 
@@ -49,6 +50,11 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: Any, datas
     from agent.loop import run_cell
 
     wanted = list(claims) if selected is None else [c for c in claims if c.id in set(selected)]
+    no_figure = sorted(c.id for c in wanted if not c.source.prints_figure)
+    if no_figure:
+        progress.say(f"agent: {len(no_figure)} claims print no figure to extract (graded by the chamber only): "
+                     + ", ".join(no_figure))
+    wanted = [c for c in wanted if c.source.prints_figure]
     runnable = [c for c in wanted if (datasheets_dir / c.identity.filename).exists()]
     skipped = sorted({c.identity.filename for c in wanted} - {c.identity.filename for c in runnable})
     if skipped:
@@ -79,7 +85,7 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: Any, datas
             index.record_cell(run_id, cell_id, claim.id, model_spec, result.outcome, str(result.record))
             progress.advance(f"{claim.id}: {result.outcome}")
     return {"model": model_spec, "cells": len(runnable), "kept_from_earlier": resumed, "outcomes": outcomes,
-            "skipped_datasheets": skipped, "phase_two": bool(api_url),
+            "skipped_datasheets": skipped, "no_figure_to_extract": no_figure, "phase_two": bool(api_url),
             **score_cells(cells_dir, run_dir, claims, datasheets_dir)}
 
 

@@ -171,6 +171,9 @@ class Source(_Strict):
     span: str = Field(min_length=1)
     needles: list[str] = Field(min_length=1)  # value and unit, each a substring of span
     table: str | None = None  # caption of the table it sits in
+    # False for a claim the chamber grades from a sentence that prints no figure of the claim's own (the Noctua
+    # white paper's "will stop at 0% duty-cycle"): nothing for an agent to extract, so the agent part skips it.
+    prints_figure: bool = True
 
     @field_validator("span")
     @classmethod

@@ -120,3 +120,29 @@ def test_a_cell_missing_from_the_index_is_written_back_from_its_record_on_resume
         assert folder.index.cells(folder.run_id) == [row]
     finally:
         folder.close()
+
+
+def test_a_claim_that_prints_no_figure_is_named_and_not_run_as_a_cell(tmp_path: Path):
+    """The Noctua white paper's 'will stop at 0% duty-cycle' prints no figure of the claim's own: the chamber
+    grades it, the agent part names it and runs no cell for it (a cell could only fail to find a number)."""
+    from agent.agent_job import run_agent_job
+    from agent.models import client_for
+    from protocols.claim_sources import CHAMBER_PARTS_DIR, load_checked_claims
+
+    parts = load_checked_claims([CHAMBER_PARTS_DIR])
+    wordy = [c for c in parts.values() if not c.source.prints_figure]
+    assert sorted(c.id for c in wordy) == ["nf-f12-pwm-runs-below-20-percent-exhaust",
+                                           "nf-f12-pwm-runs-below-20-percent-intake",
+                                           "nf-f12-pwm-stops-at-zero-duty-exhaust",
+                                           "nf-f12-pwm-stops-at-zero-duty-intake"]
+    figure = parts["nf-f12-max-speed-intake"]
+    folder = open_run_folder(tmp_path, BACKEND, clock=_fixed_clock)
+    try:
+        out = run_agent_job([wordy[0], figure], model_spec="scripted:reader", model=client_for("scripted:reader", {}),
+                            datasheets_dir=shared_path("datasheets"), run_dir=folder.run_dir, run_id=folder.run_id,
+                            index=folder.index, api_url=None)
+        assert out["no_figure_to_extract"] == [wordy[0].id]
+        assert out["cells"] == 1 and [c["claim_id"] for c in folder.index.cells(folder.run_id)] == [figure.id]
+        assert out["fidelity_and_flags"]["fidelity_passed"] == 1
+    finally:
+        folder.close()
