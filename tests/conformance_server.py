@@ -17,7 +17,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from agent.testserver import serve_app
-from support import SteppingClock  # noqa: F401 - re-exported until test_agent_inspect_log/test_agent_traces import it from support
 
 
 @dataclass

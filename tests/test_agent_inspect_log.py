@@ -49,7 +49,7 @@ def test_unknown_usage_is_absent_not_zero_and_a_denied_call_is_a_permission_erro
     from agent.models.openai_http import OpenAIChatClient
     from conformance_server import Reply, replay
     from protocols.claims import load_claims
-    from conformance_server import SteppingClock
+    from support import SteppingClock
     from test_agent_conformance import _tools, chat_reply
 
     claim = next(iter(load_claims().values()))

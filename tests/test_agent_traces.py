@@ -36,7 +36,8 @@ from agent.otlp import (
 from agent.record import read_record
 from agent.testserver import serve_app
 from agent.tool import Tool, ToolResult
-from conformance_server import Reply, SteppingClock, replay, sdk_json
+from conformance_server import Reply, replay, sdk_json
+from support import SteppingClock
 
 BIG = "row " * 3000  # 12 kB: larger than the record's 4 kB inline prefix, so only the blob has all of it
 

@@ -17,16 +17,9 @@ import chamber
 from protocols.api import create_app, running_api, serve_in_thread
 from protocols.api.record import RecordFiles
 from protocols.claims import load_claims
+from support import ManualClock
 
 CLAIM = "dps310-operating-range"
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Spy:
@@ -183,7 +176,7 @@ def test_a_request_that_cannot_be_recorded_never_reaches_the_chamber(wt, tmp_pat
 
 # -------------------------------------------------------------------------------------- 6. the lease's max hold
 def test_a_holder_that_keeps_calling_loses_the_lease_after_the_max_hold(wt, tmp_path, claims):
-    clock = Clock()
+    clock = ManualClock()
     app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, clock=clock, lease_timeout_s=10.0,
                      lease_max_hold_s=30.0)
     try:
@@ -211,7 +204,7 @@ def test_a_holder_that_keeps_calling_loses_the_lease_after_the_max_hold(wt, tmp_
 
 
 def test_a_lone_holder_keeps_the_lease_past_the_max_hold(wt, tmp_path, claims):
-    clock = Clock()
+    clock = ManualClock()
     app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, clock=clock, lease_timeout_s=10.0,
                      lease_max_hold_s=30.0)
     try:
@@ -227,7 +220,7 @@ def test_a_lone_holder_keeps_the_lease_past_the_max_hold(wt, tmp_path, claims):
 
 # ------------------------------------------------------------------------------------------ 6. sessions capped
 def test_open_sessions_are_capped_with_a_429_naming_the_cap(wt, tmp_path, claims):
-    wall = Clock(1.7e9)
+    wall = ManualClock(1.7e9)
     with running_api({"wt": wt}, record_dir=tmp_path, claims=claims, max_sessions=3, session_idle_s=600.0,
                      wall_clock=wall) as url, httpx.Client(base_url=url) as http:
         sids = [http.post("/sessions", json={"claim_id": CLAIM}).json()["session_id"] for _ in range(3)]

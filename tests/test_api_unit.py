@@ -21,22 +21,13 @@ from protocols.api.auth import TokenRequired, is_loopback, resolve_token
 from protocols.api.lease import ChamberLease, LeaseBusy
 from protocols.api.record import RecordFiles, SessionRecord
 from protocols.claims import load_claims
+from support import ManualClock
 
 CLAIM = "dps310-operating-range"
 TOKEN = "t0ken-for-tests-0123456789"
 LOOPBACK = "http://127.0.0.1"  # the tokenless server answers loopback hosts only (TestClient says "testserver")
 LIMITS = OperatorLimits(chamber="wt", variables={"load_in": {"max": 0.6}, "hatch": {"min": 0, "max": 20},
                                                   "osr_upwind": {"allowed": [1, 8]}})
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand (the lease timeout is measured on it)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +43,9 @@ def wt():
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    """A monotonic clock the test moves by hand (the lease timeout is measured on it)."""
+    return ManualClock()
 
 
 @pytest.fixture
