@@ -29,7 +29,8 @@ from .document import (
     read_page,
 )
 from .index import SearchIndex
-from .tables import Cell, Row, _is_caption_row, table_blocks
+from .page_words import Cell, Row
+from .table_columns import is_caption_row, table_blocks
 from .toc import TocEntry, outline_toc, reconstruct_toc
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ def _table_list(pages: list[PageText]) -> list[dict]:
         captions = [
             (r.y0, " ".join(c.text for c in r.cells))
             for r in rows
-            if _is_caption_row(r)
+            if is_caption_row(r)
         ]
         used = set()
         for i, _j in table_blocks(rows):
