@@ -42,6 +42,7 @@ from agent.prompt import (
 )
 from agent.record import (
     Attempt,
+    CellKey,
     ModelTurnEvent,
     PhaseChange,
     RecordWriter,
@@ -137,8 +138,10 @@ class _Cell:
     def __init__(self, claim: Claim, model: ModelClient, tools: list[Tool], surface_version: str,
                  writer: RecordWriter, chamber: ChamberClient | None, budget: Budget,
                  clock: Callable[[], float], sleep: Callable[[float], None] | None, datasheet: dict[str, Any],
-                 config: dict[str, Any]) -> None:
+                 config: dict[str, Any], key: CellKey | None = None) -> None:
         self.claim = claim
+        self.key = key
+        self.view = project_claim(claim)  # the allowlist projection: the prompt's source, and the request's task
         self.model = model
         self.writer = writer
         self.chamber = chamber
@@ -174,7 +177,7 @@ class _Cell:
 
     # -- the run
     def run(self) -> None:
-        view = project_claim(self.claim)
+        view = self.view
         system, user = system_prompt(), first_user_message(view)
         chamber_info = None
         error: _RunEnded | None = None
@@ -189,6 +192,8 @@ class _Cell:
             RunStart, claim_id=view.claim_id, model=self.model.model, provider=self.model.provider,
             transport=self.model.transport, system_prompt=system, first_user_message=user,
             tool_surface=self.surface, datasheet=self.datasheet, chamber=chamber_info, config=self.config,
+            cell_id=self.writer.run_id, arm=self.key.arm if self.key else None,
+            repeat=self.key.repeat if self.key else None,
         )
         if error is not None:
             raise error
@@ -248,7 +253,7 @@ class _Cell:
             remaining = self.remaining_s()
             request = ModelRequest(system=system, messages=list(messages), tools=list(self.offered),
                                    tool_choice="auto", max_tokens=self.budget.max_output_tokens,
-                                   timeout_s=remaining)
+                                   timeout_s=remaining, task=self.view)
             t0 = self.clock()
             try:
                 turn = self.model.complete(request)
@@ -438,16 +443,20 @@ def run_cell(
     run_id: str | None = None,
     tools: list[Tool] | None = None,
     surface_version: str | None = None,
+    cell: CellKey | None = None,
 ) -> CellResult:
     """Run one cell end to end and return its outcome; the record is `<record_dir>/<run_id>.jsonl`.
 
     `claim` is protocols' Claim (only its allowlist projection reaches the model). `datasheet` is the PDF the
     phase-one tools open (`tools` overrides them, for tests of the loop alone). `clock` returns seconds (epoch)
     and drives the wall budget and every timestamp; `sleep`, if given, backs off between retries. `chamber`
-    None runs phase one only."""
+    None runs phase one only. `cell` (agent.cell_runner) is the cell's place in its plan, typed on run_start;
+    its cell_id is the run id (a different `run_id` is refused)."""
     from protocols.datasheets import sha256_of
 
-    run_id = run_id or f"{claim.id}-{uuid.uuid4().hex[:12]}"
+    if cell is not None and run_id is not None and run_id != cell.cell_id:
+        raise ValueError(f"run_id {run_id!r} differs from the cell's id {cell.cell_id!r}: expected one id")
+    run_id = run_id or (cell.cell_id if cell is not None else f"{claim.id}-{uuid.uuid4().hex[:12]}")
     datasheet = Path(datasheet)
     if tools is None:
         tools, version = datasheet_local_tools(datasheet)
@@ -462,7 +471,7 @@ def run_cell(
               "phase_two": "enabled" if chamber is not None else "skipped"}
     with RecordWriter(Path(record_dir), run_id, clock) as writer:
         cell = _Cell(claim, model, tools, surface_version or "unversioned", writer, chamber, budget, clock, sleep,
-                     ds_info, config)
+                     ds_info, config, cell)
         try:
             cell.run()
             outcome, detail = "engine_error", "the loop returned without an outcome"

@@ -17,6 +17,7 @@ from email.utils import parsedate_to_datetime
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
+from agent.prompt import ClaimView
 from agent.record import TokenUsage
 from agent.tool import JsonObject, Tool
 
@@ -110,7 +111,9 @@ ToolChoice = Literal["auto", "any", "none"] | dict[str, str]  # {"name": tool} f
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """Everything one model turn needs. `timeout_s` is the most this turn may take (the loop's remaining wall)."""
+    """Everything one model turn needs. `timeout_s` is the most this turn may take (the loop's remaining wall).
+    `task` is the claim projection the prompt was built from, as data for an offline model (the scripted model
+    reads it instead of the prompt's text); provider clients never send it."""
 
     system: str
     messages: list[Message]
@@ -118,6 +121,7 @@ class ModelRequest:
     tool_choice: ToolChoice = "auto"
     max_tokens: int = 4096
     timeout_s: float | None = None
+    task: ClaimView | None = None
 
 
 def reported_int(value: Any) -> int | None:
