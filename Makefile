@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python bench_cli.py run
+	$(BIN)/chamberlab run
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 4

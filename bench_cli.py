@@ -17,6 +17,8 @@ scoring, verdicts, run. COMMAND_GROUPS lists them all.
 from __future__ import annotations
 
 import argparse
+import codecs
+import contextlib
 import json
 import logging
 import os
@@ -42,6 +44,64 @@ class CliError(Exception):
     """A request the CLI refuses (bad arguments found after parsing); rendered without a traceback."""
 
 
+class UsageError(Exception):
+    """What argparse refused (unknown option, bad value): one line, type "usage", exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a refusal raises UsageError (one line, JSON under --json) instead of printing the usage block
+    and exiting; subparsers inherit the class."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in minimum..maximum (counts, rows, ports), refused with what was expected."""
+    span = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number {span}, got {text!r}") from None
+        if value < minimum or maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"expected a whole number {span}, got {text!r}")
+        return value
+
+    parse.__name__ = f"whole number {span}"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0 (finite), got {text!r}")
+    return value
+
+
+def decimal_value(text: str) -> str:
+    """An argparse type: an exact decimal the sweep can compute with (finite, |x| < 1e50); kept as its text."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"expected a decimal number, got {text!r}") from None
+    if not value.is_finite() or value != 0 and not -50 <= value.adjusted() < 50:
+        raise argparse.ArgumentTypeError(f"expected a finite decimal number of magnitude 1e-50..1e50, got {text!r}")
+    return text.strip()
+
+
+POSITIVE, COUNT, TCP_PORT = whole(1), whole(0), whole(0, 65535)
+
+
 def emit(args: Args, data: dict[str, Any], render: Callable[[dict[str, Any]], str] | None = None) -> None:
     """Print a command's result: one JSON object with --json, else the text rendering."""
     from protocols.files import json_default
@@ -61,9 +121,11 @@ def progress(args: Args, message: str) -> None:
 
 
 def command(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
-    """A subcommand parser that always has --json."""
+    """A subcommand parser that always has --json and -v (so -v works after the subcommand too)."""
     p = sub.add_parser(name, help=help_text, description=help_text)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object on stdout")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log debug detail to stderr (also before the subcommand)")
     return p
 
 
@@ -138,6 +200,20 @@ class RowProgress:
         sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def all_or_nothing(paths: list[Path]) -> Any:
+    """Write several output files as one: yields {final path: temporary path beside it (same suffix)}; on success
+    each is renamed into place, on any failure every temporary file is removed and no final file is touched."""
+    staged = {p: p.with_name(f".{p.stem}.partial-{os.getpid()}{p.suffix}") for p in paths}
+    try:
+        yield staged
+        for final, tmp in staged.items():
+            os.replace(tmp, final)
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+
+
 def render_safe(outcomes: list[dict[str, Any]]) -> str:
     return "; ".join(f"safe state {o['chamber']}: " + (f"FAILED ({o['error']})" if o["error"] else
                      ", ".join(f"{k}={v:g}" for k, v in o["applied"].items()) or "nothing to set")
@@ -191,24 +267,26 @@ def add_sim_commands(sub: argparse._SubParsersAction) -> None:
     sim_sub = sub.add_parser("sim", help="the emulated Mk1 board and the simulator's parameters").add_subparsers(
         dest="sim_command", required=True)
     p = command(sim_sub, "serve", "serve an emulated Mk1 board on a pty or TCP socket; prints the port URL first")
-    p.add_argument("--chamber", choices=["wt", "lt"], default="wt")
+    p.add_argument("--chamber", choices=["wt", "lt"], default="wt", help="which board: wind or light tunnel")
     p.add_argument("--config", default="standard", help="board configuration (wt: standard|pressure-control)")
-    p.add_argument("--transport", choices=["pty", "tcp"], default="pty")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--transport", choices=["pty", "tcp"], default="pty",
+                   help="pty: a pseudo-terminal path; tcp: socket://HOST:PORT (default pty)")
+    p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
     p.add_argument("--params", type=Path, help="YAML/JSON file of physics parameters")
     p.add_argument("--pace", choices=["real", "fast"], default="real",
                    help="real: the real board's boot, row, motor and ACK timings (default, like a real chamber); "
                         "fast: no time for anything, for tests (see FIDELITY in simulator/board_protocol.py)")
     p.add_argument("--host", default="127.0.0.1", help="TCP bind address")
-    p.add_argument("--tcp-port", type=int, default=0, help="TCP port (0: any free port)")
-    p.add_argument("--window", type=int, default=1,
+    p.add_argument("--listen-port", "--tcp-port", dest="listen_port", type=TCP_PORT, default=0,
+                   help="TCP port to listen on with --transport tcp (0: any free port; --tcp-port: old spelling)")
+    p.add_argument("--window", type=POSITIVE, default=1,
                    help="board data segments in flight (1 = stop-and-wait, as the real firmware; more is faster)")
     p.add_argument("--faults", help="JSON object of test fault switches (simulator.board_protocol.BoardFaults)")
     p.set_defaults(handler=cmd_sim_serve)
     p = command(sim_sub, "fit", "estimate simulator parameters (barometer offsets/noise, light gains) from a recorded CSV")
     p.add_argument("recording", help="experiment CSV in the public dataset layout (timestamp, config, counter, ...)")
     p.add_argument("-o", "--output", required=True, help="parameter file to write (JSON; `sim serve --params`)")
-    p.add_argument("--base", help="parameter file to start from (default: built-in defaults)")
+    p.add_argument("--base", help="parameter file (YAML or JSON) to start from (default: built-in defaults)")
     p.set_defaults(handler=cmd_sim_fit)
 
 
@@ -226,12 +304,13 @@ def cmd_sim_serve(args: Args) -> int:
         raise CliError(f"--faults: expected a JSON object of BoardFaults fields: {exc}") from exc
     board = make_board(args.chamber, transport=args.transport, seed=args.seed, config=args.config,
                        params=read_params(args.params), faults=faults, pace=args.pace, window=args.window,
-                       host=args.host, port=args.tcp_port)
+                       host=args.host, port=args.listen_port)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    sys.stdout.write(board.url + "\n")
-    sys.stdout.flush()
+    emit(args, {"url": board.url, "chamber": args.chamber, "config": args.config, "transport": args.transport,
+                "seed": args.seed, "pace": args.pace, "window": args.window, "pid": os.getpid()},
+         lambda d: d["url"])  # the first stdout line: the port URL, or one JSON object with --json
     progress(args, f"emulated {args.chamber}/{args.config} board serving on {board.url} (seed {args.seed}, "
                    f"{args.pace}); stop with Ctrl-C or SIGTERM")
     try:
@@ -242,14 +321,15 @@ def cmd_sim_serve(args: Args) -> int:
 
 
 def cmd_sim_fit(args: Args) -> int:
+    from chamber.selection import read_params
+    from protocols.files import write_json_atomic
     from simulator.fit import fit_recording
-    from simulator.params import dump_params, load_params
+    from simulator.params import dump_params, params_from
 
-    if not Path(args.recording).is_file():
-        raise CliError(f"recording not found: {args.recording}")
+    base = params_from(read_params(args.base)) if args.base else None  # YAML or JSON, as every --params
     progress(args, f"fitting {args.recording} ...")
-    result = fit_recording(args.recording, base=load_params(args.base) if args.base else None)
-    Path(args.output).write_text(json.dumps(dump_params(result.params), indent=2) + "\n", encoding="utf-8")
+    result = fit_recording(args.recording, base=base)
+    write_json_atomic(Path(args.output), dump_params(result.params))
     emit(args, {"output": str(args.output), "source": result.params.source, "fit": result.report}, render_fit)
     return 0
 
@@ -261,7 +341,7 @@ def add_chamber_commands(sub: argparse._SubParsersAction) -> None:
         dest="chamber_command", required=True)
     info = command(chamber_sub, "info", "connect, and show the board's configuration and variables")
     measure = command(chamber_sub, "measure", "apply settings, then measure N checked rows")
-    measure.add_argument("-n", type=int, required=True, help="number of rows")
+    measure.add_argument("-n", type=POSITIVE, required=True, help="number of rows")
     measure.add_argument("--set", action="append", metavar="VAR=VALUE", help="a setting applied before measuring")
     run = command(chamber_sub, "run", "run an experiment protocol file (the chamber authors' language) into a CSV "
                                       "in the public dataset layout")
@@ -277,18 +357,19 @@ def add_chamber_commands(sub: argparse._SubParsersAction) -> None:
     for p, handler in ((info, cmd_chamber_info), (measure, cmd_chamber_measure), (run, cmd_chamber_run),
                        (shell, cmd_chamber_shell)):
         p.add_argument("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port")
-        p.add_argument("--backend", choices=["serial", "sim"], default="serial")
+        p.add_argument("--backend", choices=["serial", "sim"], default="serial",
+                       help="serial: the board at --port (default); sim: the simulator in this process")
         p.add_argument("--chamber", choices=["wt", "lt"], default="wt", help="(sim backend)")
         p.add_argument("--config", default="standard", help="(sim backend)")
         p.add_argument("--seed", type=int, default=0, help="(sim backend)")
         p.add_argument("--params", type=Path, help="(sim backend) YAML/JSON physics parameters")
         p.add_argument("--limits", type=Path, help="operator limits file (YAML or JSON)")
-        p.add_argument("--boot-timeout", type=float, default=6.0, help="seconds to wait for the board's announcement")
+        p.add_argument("--boot-timeout", type=seconds, default=6.0, help="seconds to wait for the board's announcement")
         if p is not info:
             p.add_argument("--safe", type=Path, default=None,
                            help="safe-state settings file (YAML/JSON {wt: {...}, lt: {...}}) applied on every exit; "
                                 "default: the limits file's safe: section, else fans off, LEDs off")
-            p.add_argument("--chunk", type=int, default=25,
+            p.add_argument("--chunk", type=POSITIVE, default=25,
                            help="longest MSR sent at once (a longer one is split so it can report progress and stop)")
         p.set_defaults(handler=handler)
 
@@ -389,15 +470,20 @@ def cmd_chamber_run(args: Args) -> int:
 # ----------------------------------------------------------------------------------------------- section: serve
 def add_serve_commands(sub: argparse._SubParsersAction) -> None:
     """`serve`: the chamber tools API (protocols/api) under uvicorn, in front until Ctrl-C or SIGTERM."""
+    from protocols.api.lease import DEFAULT_MAX_HOLD_S
+    from protocols.api.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_S
+
     p = command(sub, "serve", "serve the chamber tools API over HTTP (loopback by default)")
     p.add_argument("--host", default="127.0.0.1",
                    help="bind address (default 127.0.0.1); any non-loopback address needs a bearer token")
-    p.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 = any free port)")
+    p.add_argument("--listen-port", type=TCP_PORT, default=8765,
+                   help="TCP port to listen on (default 8765; 0 = any free port)")
     add_claims_option(p)
     p.add_argument("--backend", choices=["sim"], default=None,
-                   help="sim: in-process simulated chambers (the default when no --port-url is given)")
-    p.add_argument("--port-url", action="append", default=None, metavar="URL",
-                   help="pyserial URL of a real or emulated board (device path, pty, socket://); repeatable")
+                   help="sim: in-process simulated chambers (the default when no --port is given)")
+    p.add_argument("--port", "--port-url", dest="port", action="append", default=None, metavar="URL",
+                   help="pyserial URL of a real or emulated board (device path, pty, socket://); repeatable "
+                        "(--port-url: the old spelling)")
     p.add_argument("--chamber", choices=["wt", "lt", "both"], default="both", help="(sim) which chambers")
     p.add_argument("--seed", type=int, default=0, help="(sim) simulator seed")
     p.add_argument("--params", type=Path, default=None, help="(sim) simulator parameter file (YAML or JSON)")
@@ -407,38 +493,71 @@ def add_serve_commands(sub: argparse._SubParsersAction) -> None:
                    help="folder for the per-session JSONL records (default records/chamber-api)")
     p.add_argument("--token-file", type=Path, default=None,
                    help="file holding the bearer token (else env CHAMBERLAB_API_TOKEN); required off loopback")
-    p.add_argument("--lease-timeout", type=float, default=60.0,
+    p.add_argument("--lease-timeout", type=seconds, default=60.0,
                    help="seconds a session may sit idle before another session can take the chamber (default 60)")
+    p.add_argument("--lease-max-hold", type=seconds, default=DEFAULT_MAX_HOLD_S,
+                   help="longest one session keeps a chamber while another asks for it, seconds (default "
+                        f"{DEFAULT_MAX_HOLD_S:g})")
+    p.add_argument("--max-sessions", type=POSITIVE, default=DEFAULT_MAX_SESSIONS,
+                   help=f"open sessions at most (default {DEFAULT_MAX_SESSIONS}); one more gets 429 too_many_sessions")
+    p.add_argument("--session-idle", type=seconds, default=DEFAULT_SESSION_IDLE_S,
+                   help=f"seconds after which an idle session may be ended to make room (default "
+                        f"{DEFAULT_SESSION_IDLE_S:g})")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host/Origin name besides the loopback ones a tokenless server answers (repeatable; "
+                        "others get 403 forbidden_host)")
     p.set_defaults(handler=cmd_serve)
 
 
 def cmd_serve(args: Args) -> int:
-    import signal
     import threading
 
-    from protocols.api import TokenRequired, create_app, resolve_token
-    from protocols.api.server import serve_in_thread
+    from protocols.api import TokenRequired, resolve_token
 
     try:  # refuse before opening anything: a non-loopback bind without a token never starts
         token = resolve_token(args.host, token_file=args.token_file, environ=os.environ)
     except TokenRequired as exc:
         raise CliError(str(exc)) from None
-    if not (0 <= args.port <= 65535):
-        raise CliError(f"--port: expected 0..65535, got {args.port}")
+    numbers = [p for p in args.port or () if p.isdigit()]
+    if numbers:  # --port was serve's TCP port once; it is a serial URL everywhere now
+        raise CliError(f"--port: expected a serial URL (device path, pty, socket://host:port), got {numbers[0]}; "
+                       f"the TCP port to listen on is --listen-port {numbers[0]}")
     claims, _ = claims_from_args(args)  # a bad claim file is refused before any chamber opens
     kinds = ("wt", "lt") if args.chamber == "both" else (args.chamber,)
     stop = threading.Event()
-    with open_selected(args, ports=args.port_url, kinds=kinds) as opened:  # safe state, then close, on exit
+    made = [d for d in (args.record, *args.record.parents) if not d.exists()]  # removed again if serve fails
+    try:
+        serve_until(args, stop, token, claims, kinds)
+    except BaseException:
+        for folder in made:  # deepest first; rmdir removes only what is still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    return 0
+
+
+def serve_until(args: Args, stop: Any, token: str | None, claims: Any, kinds: tuple[str, ...]) -> None:
+    """Open the chambers, serve the API until `stop` is set (SIGINT/SIGTERM), then leave them safe."""
+    import signal
+
+    from protocols.api import create_app
+    from protocols.api.server import serve_in_thread
+
+    with open_selected(args, kinds=kinds) as opened:  # safe state, then close, on exit
         previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             app = create_app(opened.chambers, limits=args.limits, record_dir=args.record, token=token,
-                             lease_timeout_s=args.lease_timeout, claims=claims)
-            with serve_in_thread(app, host=args.host, port=args.port,
+                             lease_timeout_s=args.lease_timeout, claims=claims, lease_max_hold_s=args.lease_max_hold,
+                             max_sessions=args.max_sessions, session_idle_s=args.session_idle,
+                             allowed_hosts=tuple(args.allowed_host))
+            with serve_in_thread(app, host=args.host, port=args.listen_port,
                                  log_level="info" if args.verbose else "warning") as url:
                 data = {"url": url, "openapi": f"{url}/openapi.json", "live_view": f"{url}/",
                         "chambers": sorted(opened.chambers), "record_dir": str(args.record),
                         "auth": "bearer token" if token else "none (loopback only)",
-                        "lease_timeout_s": args.lease_timeout, "pid": os.getpid()}
+                        "lease_timeout_s": args.lease_timeout, "lease_max_hold_s": args.lease_max_hold,
+                        "max_sessions": args.max_sessions, "session_idle_s": args.session_idle,
+                        "allowed_hosts": args.allowed_host, "pid": os.getpid()}
                 emit(args, data, lambda d: (f"serving the chamber tools API at {d['url']} (chambers: "
                                             f"{', '.join(d['chambers'])}; auth: {d['auth']}; records: "
                                             f"{d['record_dir']})\nlive view: {d['live_view']}\nstop with Ctrl-C"))
@@ -447,7 +566,6 @@ def cmd_serve(args: Args) -> int:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    return 0
 
 
 # ----------------------------------------------------------------------------------------------- section: station
@@ -456,7 +574,7 @@ def add_station_commands(sub: argparse._SubParsersAction) -> None:
     station_sub = sub.add_parser("station", help="lab instruments wired to the chambers' sensors").add_subparsers(
         dest="station_command", required=True)
     p = command(station_sub, "check", "open every instrument of a station file and check its *IDN? and certificate")
-    p.add_argument("station_file")
+    p.add_argument("station_file", help="station file (YAML): instruments, rails, positions")
     p.add_argument("--claims", action="store_true", help="also list which claims the station makes gradable")
     p.set_defaults(handler=cmd_station_check)
 
@@ -520,34 +638,35 @@ def add_datasheet_commands(sub: argparse._SubParsersAction) -> None:
     ds_sub = sub.add_parser("datasheet", help="read a datasheet PDF with the agent's tools; fetch known datasheets"
                             ).add_subparsers(dest="datasheet_command", required=True)
     p = command(ds_sub, "build", "manifest: pages, part, revision, contents (and their source), tables per page")
-    p.add_argument("pdf", type=Path)
+    p.add_argument("pdf", type=Path, help="the datasheet PDF")
     p.add_argument("--cache-dir", type=Path, default=None, help="keep manifests here, keyed by the file's SHA-256")
     p.set_defaults(handler=cmd_datasheet_build)
     p = command(ds_sub, "search", "find a value or phrase (exact, then normalised, then wrapped table rows)")
-    p.add_argument("pdf", type=Path)
-    p.add_argument("query")
-    p.add_argument("--page", type=int, default=None)
-    p.add_argument("--max-results", type=int, default=20)
+    p.add_argument("pdf", type=Path, help="the datasheet PDF")
+    p.add_argument("query", help="a value or phrase, e.g. 'operating range'")
+    p.add_argument("--page", type=POSITIVE, default=None, help="search this page only (1-based)")
+    p.add_argument("--max-results", type=POSITIVE, default=20, help="most hits to return (default 20)")
     p.set_defaults(handler=lambda a: datasheet_call(a, "search", lambda s: {"hits": s.search(
         a.query, a.page, a.max_results)}, lambda d: "\n".join(
         f"p{h['page']} [{h['section']}] {h['snippet']}" for h in d["hits"]) or "no match"))
     p = command(ds_sub, "section", "text of pages START..END with page markers, headers and footers removed")
-    p.add_argument("pdf", type=Path)
-    p.add_argument("start", type=int)
-    p.add_argument("end", type=int)
+    p.add_argument("pdf", type=Path, help="the datasheet PDF")
+    p.add_argument("start", type=POSITIVE, help="first page (1-based)")
+    p.add_argument("end", type=POSITIVE, help="last page (inclusive)")
     p.set_defaults(handler=lambda a: datasheet_call(a, "section", lambda s: {"text": s.section_text(a.start, a.end)},
                                                     lambda d: d["text"]))
     p = command(ds_sub, "table", "the tables of one page as markdown")
-    p.add_argument("pdf", type=Path)
-    p.add_argument("page", type=int)
+    p.add_argument("pdf", type=Path, help="the datasheet PDF")
+    p.add_argument("page", type=POSITIVE, help="page number (1-based)")
     p.set_defaults(handler=lambda a: datasheet_call(a, "table", lambda s: {"page": a.page, "markdown":
                                                     s.table_markdown(a.page)}, lambda d: d["markdown"]))
     p = command(ds_sub, "page", "render a page (or a region) to PNG")
-    p.add_argument("pdf", type=Path)
-    p.add_argument("page", type=int)
+    p.add_argument("pdf", type=Path, help="the datasheet PDF")
+    p.add_argument("page", type=POSITIVE, help="page number (1-based)")
     p.add_argument("--out", type=Path, required=True, help="PNG file to write")
-    p.add_argument("--region", type=float, nargs=4, default=None, metavar=("X0", "Y0", "X1", "Y1"))
-    p.add_argument("--dpi", type=int, default=100)
+    p.add_argument("--region", type=float, nargs=4, default=None, metavar=("X0", "Y0", "X1", "Y1"),
+                   help="only this rectangle, in PDF points from the page's top left")
+    p.add_argument("--dpi", type=whole(10, 600), default=100, help="resolution (default 100)")
     p.set_defaults(handler=lambda a: datasheet_call(a, "page", lambda s: write_png(a, s.page_png(
         a.page, a.region, a.dpi)), lambda d: f"wrote {d['out']} ({d['bytes']} bytes)"))
     p = command(ds_sub, "fetch", "download a known datasheet from its public URL and verify its SHA-256")
@@ -608,7 +727,7 @@ def cmd_datasheet_fetch(args: Args) -> int:
 def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     """`extract CLAIM_ID --model ...`: one recorded agent cell (phase one; phase two when --chamber-url is given)."""
     p = command(sub, "extract", "run the instrumented agent on one claim and write its dispatch record")
-    p.add_argument("claim_id")
+    p.add_argument("claim_id", help="claim id (see protocols/data/claims/)")
     p.add_argument("--model", required=True,
                    help="scripted:<policy> | <anthropic model id> | openai:<model> | openai-compat:<base_url>#<model>")
     p.add_argument("--datasheet", type=Path, default=None, help="PDF (default: the claim's datasheet in shared/)")
@@ -616,10 +735,11 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chamber-url", default=None,
                    help="chamber tools API base URL (default: an in-process service on the simulator)")
     p.add_argument("--no-chamber", action="store_true", help="phase one only: no chamber tools")
+    add_token_option(p)
     p.add_argument("--record", type=Path, default=Path("records"), help="folder for the JSONL record and blobs")
-    p.add_argument("--max-turns", type=int, default=30)
-    p.add_argument("--max-tokens", type=int, default=None, help="token budget for the cell (input + output)")
-    p.add_argument("--wall-s", type=float, default=900.0, help="wall-time budget for the cell, seconds")
+    p.add_argument("--max-turns", type=POSITIVE, default=30, help="most model turns in the cell (default 30)")
+    p.add_argument("--max-tokens", type=POSITIVE, default=None, help="token budget for the cell (input + output)")
+    p.add_argument("--wall-s", type=seconds, default=900.0, help="wall-time budget for the cell, seconds")
     p.add_argument("--otlp", type=Path, default=None, help="also write the record as OTLP/JSON spans here")
     p.add_argument("--otlp-endpoint", default=None, metavar="URL",
                    help="send each record's trace as OTLP/HTTP protobuf (e.g. Phoenix http://127.0.0.1:6006); "
@@ -628,10 +748,26 @@ def add_extract_commands(sub: argparse._SubParsersAction) -> None:
                    help="also write the record as an inspect-ai eval log (.json) in DIR")
     p.add_argument("--thinking", default=None, metavar="TOKENS|off", help="extended thinking budget (Anthropic, LiteLLM)")
     p.add_argument("--effort", default=None, help="reasoning effort (OpenAI reasoning, Anthropic effort, chat reasoning_effort)")
-    p.add_argument("--max-output-tokens", type=int, default=None, help="output token limit per model turn")
+    p.add_argument("--max-output-tokens", type=POSITIVE, default=None, help="output token limit per model turn")
     p.add_argument("--extra-body", default=None, metavar="JSON",
                    help='chat completions only: merged into each request, e.g. \'{"chat_template_kwargs": {"enable_thinking": false}}\'')
     p.set_defaults(handler=cmd_extract)
+
+
+def add_token_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chamber-token-file", type=Path, default=None, metavar="PATH",
+                   help="file holding the chamber service's bearer token (else env CHAMBERLAB_CHAMBER_TOKEN; "
+                        "needed for a --chamber-url served off loopback)")
+
+
+def chamber_client(args: Args, stack: contextlib.ExitStack, url: str | None) -> Any:
+    """The phase-two client of `url` (None: no chamber), sending the token of --chamber-token-file or the env."""
+    import httpx
+
+    from agent.chamber_client import ChamberClient, chamber_token
+
+    token = chamber_token(args.chamber_token_file, os.environ) if args.chamber_url else None
+    return ChamberClient(stack.enter_context(httpx.Client(base_url=url, timeout=60.0)), token=token) if url else None
 
 
 def model_options(args: Args) -> dict[str, Any]:
@@ -664,11 +800,8 @@ def simulated_chamber_service(args: Args, stack: Any, api_dir: Path, claims: Any
 
 
 def cmd_extract(args: Args) -> int:
-    import contextlib
-
     import httpx
 
-    from agent.chamber_client import ChamberClient
     from agent.loop import Budget, run_cell
     from agent.models import client_for
     from agent.otlp import export_otlp, otlp_headers, otlp_traces_endpoint, send_otlp
@@ -683,7 +816,7 @@ def cmd_extract(args: Args) -> int:
     with contextlib.ExitStack() as stack:
         url = None if args.no_chamber else (
             args.chamber_url or simulated_chamber_service(args, stack, Path(args.record) / "api", claims))
-        chamber = ChamberClient(stack.enter_context(httpx.Client(base_url=url, timeout=60.0))) if url else None
+        chamber = chamber_client(args, stack, url)
         result = run_cell(claim, model=model, datasheet=pdf, record_dir=args.record, clock=time.time, chamber=chamber,
                           budget=Budget(max_turns=args.max_turns, max_total_tokens=args.max_tokens, wall_s=args.wall_s),
                           sleep=time.sleep)
@@ -718,28 +851,29 @@ def add_scoring_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_score)
     p = command(sub, "import-archive", "convert the seed paper's archive so our instruments re-score it")
     p.add_argument("archive", type=Path, help="the paper-archive folder (holding archive/ and data/)")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="folder to write the converted cells into")
     p.set_defaults(handler=cmd_import_archive)
     p = command(sub, "matrix", "run models x claims x repeats x arms (resumable), then score the run folder")
     p.add_argument("--models", required=True, help="comma-separated model specs (as for `extract --model`)")
     add_claims_option(p, ids=True)
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=POSITIVE, default=1, help="cells per model, claim and arm (default 1)")
     p.add_argument("--arms", default="normal", help="comma-separated: normal, withhold-navigation, "
                    "withhold-crosscheck, closed-book, null-tool, wrong-content, single-pass")
     p.add_argument("--out", type=Path, required=True, help="the run folder")
-    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--concurrency", type=POSITIVE, default=2, help="cells run at once (default 2)")
     p.add_argument("--datasheets", type=Path, default=None, help="folder of the PDFs (default: shared/datasheets)")
     p.add_argument("--prices", type=Path, default=None, help="price table (JSON/YAML) for cost per cell")
-    p.add_argument("--max-turns", type=int, default=30)
-    p.add_argument("--wall-s", type=float, default=900.0)
+    p.add_argument("--max-turns", type=POSITIVE, default=30, help="most model turns per cell (default 30)")
+    p.add_argument("--wall-s", type=seconds, default=900.0, help="wall-time budget per cell, seconds (default 900)")
     p.add_argument("--chamber-url", default=None,
                    help="chamber tools API base URL for phase two (default: an in-process service on the simulator)")
     p.add_argument("--no-chamber", action="store_true", help="phase one only: no chamber tools")
+    add_token_option(p)
     p.add_argument("--inspect-log", action="store_true",
                    help="also write OUT/inspect/: one inspect-ai eval log (.json) per model, every cell a sample")
     p.set_defaults(handler=cmd_matrix)
     p = command(sub, "report", "write RUN_DIR/report.md, report.html and figures from what the run folder holds")
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=Path, help="a run folder (run, matrix --out)")
     p.set_defaults(handler=cmd_report)
 
 
@@ -767,11 +901,6 @@ def cmd_import_archive(args: Args) -> int:
 
 
 def cmd_matrix(args: Args) -> int:
-    import contextlib
-
-    import httpx
-
-    from agent.chamber_client import ChamberClient
     from agent.loop import Budget
     from agent.models import client_for
     from agent.scoring.arms import ARMS
@@ -799,7 +928,7 @@ def cmd_matrix(args: Args) -> int:
     with contextlib.ExitStack() as stack:  # phase two: the chamber service, in process unless --chamber-url
         url = None if args.no_chamber else (
             args.chamber_url or simulated_chamber_service(args, stack, Path(args.out) / "api", claims))
-        chamber = ChamberClient(stack.enter_context(httpx.Client(base_url=url, timeout=60.0))) if url else None
+        chamber = chamber_client(args, stack, url)
         run = run_matrix(plan(models, ids, args.repeats, arms), claims=claims, out=args.out, datasheets_dir=ds,
                          client_factory=lambda spec: client_for(spec, os.environ), clock=time.time,
                          concurrency=args.concurrency, budget=Budget(max_turns=args.max_turns, wall_s=args.wall_s),
@@ -818,9 +947,18 @@ def cmd_matrix(args: Args) -> int:
     return 1 if run.get("failures") or run.get("engine_errors") else 0
 
 
+RUN_FOLDER_FILES = ("summary.json", "checks.json", "station_checks.json", "calibration.json", "sweep.json",
+                    "link.json", "scores.json", "cells")
+"""What a run folder holds; `report` refuses a folder with none of them instead of writing an empty report."""
+
+
 def cmd_report(args: Args) -> int:
     from agent.scoring.report import write_report
 
+    held = [n for n in RUN_FOLDER_FILES if (args.run_dir / n).exists()]
+    if args.run_dir.is_dir() and not held:
+        raise CliError(f"{args.run_dir}: expected a run folder holding one of {', '.join(RUN_FOLDER_FILES)}; "
+                       "it holds none of them (run `run` or `matrix --out` first)")
     path = write_report(args.run_dir)
     data = {"report": str(path), "html": str(path.with_suffix(".html")),
             "figures": sorted(str(p) for p in (args.run_dir / "figures").glob("*.png"))}
@@ -862,8 +1000,8 @@ def add_chamber_selection(p: argparse.ArgumentParser) -> None:
 def add_verdict_commands(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "calibrate", "cross-sensor calibration of the wind tunnel's four DPS310 barometers")
     add_chamber_selection(p)
-    p.add_argument("-n", type=int, default=200, help="rows measured after settling (default 200)")
-    p.add_argument("--osr", type=int, default=8, choices=[1, 2, 4, 8])
+    p.add_argument("-n", type=POSITIVE, default=200, help="rows measured after settling (default 200)")
+    p.add_argument("--osr", type=int, default=8, choices=[1, 2, 4, 8], help="barometer oversampling (default 8)")
     p.add_argument("-o", "--output", default=None, help="write the calibration record (JSON) here")
     p.set_defaults(handler=cmd_calibrate)
     p = command(sub, "check", "grade a claim (or --all) on the chamber: pass / inconclusive / fail with u")
@@ -871,16 +1009,16 @@ def add_verdict_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="check every claim and print a table")
     add_claims_option(p)
     add_chamber_selection(p)
-    p.add_argument("--rows", type=int, default=200, help="rows per measurement (default 200)")
+    p.add_argument("--rows", type=POSITIVE, default=200, help="rows per measurement (default 200)")
     p.add_argument("--calibration", default=None, help="a calibration record to use (default: calibrate first)")
     p.set_defaults(handler=cmd_check)
     p = command(sub, "sweep", "hold one measurement fixed and move the claim's bound through it")
-    p.add_argument("claim_id")
+    p.add_argument("claim_id", help="claim id whose bound is swept (e.g. dps310-operating-range)")
     add_chamber_selection(p)
-    p.add_argument("--measured", default=None, help="a given measured value (in the claim's unit)")
-    p.add_argument("--u", default=None, help="its standard uncertainty (with --measured)")
+    p.add_argument("--measured", type=decimal_value, default=None, help="a given measured value (in the claim's unit)")
+    p.add_argument("--u", type=decimal_value, default=None, help="its standard uncertainty (with --measured)")
     p.add_argument("--recording", default=None, help="a recorded fans-off CSV (public dataset layout)")
-    p.add_argument("--steps", type=int, default=41)
+    p.add_argument("--steps", type=whole(3), default=41, help="bounds tried along the sweep (default 41)")
     p.add_argument("--csv", default=None, help="write the rows as CSV")
     p.add_argument("--plot", default=None, help="write the figure as PNG")
     p.set_defaults(handler=cmd_sweep)
@@ -953,10 +1091,11 @@ def cmd_sweep(args: Args) -> int:
         m = sweep_measurement(args, claim)
         measured, u, unit, dof = m.value, m.u, m.unit, m.dof
     result = sweep(claim, measured, u, unit=unit, steps=args.steps, dof=dof)
-    if args.csv:
-        write_sweep_csv(result, Path(args.csv))
-    if args.plot:
-        plot_sweep(result, Path(args.plot))
+    with all_or_nothing([Path(p) for p in (args.csv, args.plot) if p]) as staged:  # both files, or neither
+        if args.csv:
+            write_sweep_csv(result, staged[Path(args.csv)])
+        if args.plot:
+            plot_sweep(result, staged[Path(args.plot)])
 
     def render(d: dict[str, Any]) -> str:
         m = d["measured"]
@@ -993,7 +1132,7 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", type=Path, default=None, help="resume this run directory (finished cells kept)")
     p.add_argument("--new", action="store_true",
                    help="start a new run even if the last one was interrupted (default: resume it)")
-    p.add_argument("--rows", type=int, default=200, help="rows per measurement")
+    p.add_argument("--rows", type=POSITIVE, default=200, help="rows per measurement (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated boards")
     add_claims_option(p, ids=True)  # ids select the claims for the agent
     p.add_argument("--no-agent", action="store_true", help="skip the agent (chamber part only)")
@@ -1004,8 +1143,8 @@ def add_run_commands(sub: argparse._SubParsersAction) -> None:
                    help="operator limits file (YAML/JSON; one file may cover both chambers) enforced by the driver")
     p.set_defaults(handler=cmd_run)
     p = command(sub, "runs", "list runs recorded in the index (runs/index.sqlite)")
-    p.add_argument("action", choices=["list"])
-    p.add_argument("--runs-dir", type=Path, default=PROJECT_ROOT / "runs")
+    p.add_argument("action", choices=["list"], help="list: every run in the index")
+    p.add_argument("--runs-dir", type=Path, default=PROJECT_ROOT / "runs", help="the runs folder (default ./runs)")
     p.set_defaults(handler=cmd_runs)
 
 
@@ -1023,16 +1162,26 @@ def cmd_run(args: Args) -> int:
     from protocols.files import write_json_atomic
     from protocols.lab_job import run_lab_job, start_chamber_api, start_live_view
 
-    model = None  # a wrong model spec, missing key or bad claim file fails now, not after the chamber part
+    model = None  # a wrong model spec, missing key, claim, limits or station file fails now, before any chamber
     if not args.no_agent:
         from agent.models import client_for
 
         model = client_for(args.model, os.environ)
     agent_pool, selected = claims_from_args(args, ids=True)
+    unknown = [c for c in selected or () if c not in agent_pool]
+    if unknown:
+        raise CliError(f"--claims: unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(agent_pool))}")
     paths = split_claims_args(args.claims)[0]
     claims = list((agent_pool if paths else load_main_job_claims(None)).values())  # + the chamber-parts claims
     sources = [str(p) for p in paths] or [PACKAGED_DIR, f"protocols/data/{CHAMBER_PARTS_DIR.name}"]
     station = None if args.no_station else (args.station or (None if args.port else str(sim_station_file())))
+    check_run_files(args, station)
+    datasheets = shared_dir() / "datasheets"
+    agent_claims = [c for c in claims if c.id in agent_pool and (selected is None or c.id in selected)]
+    skipped_agent = None if model is None else no_datasheets(agent_claims, datasheets)
+    if skipped_agent:
+        progress(args, f"agent part will be skipped: {skipped_agent}")
+        model = None
     backend = "serial:" + ",".join(args.port) if args.port else "emulated boards on ptys"
     folder = open_run_folder(args.runs_dir, backend, resume=args.resume, new=args.new)
     if folder.resumed:
@@ -1056,10 +1205,11 @@ def cmd_run(args: Args) -> int:
                               graded=graded, on_verdicts=lambda checks: [
                                   folder.index.record_verdict(folder.run_id, r) for r in checks])
             summary.update(lab.summary)
+            if skipped_agent:
+                summary["agent_skipped"] = skipped_agent
             if model is not None:
-                agent_claims = [c for c in claims if c.id in agent_pool]
                 summary["agent"] = run_agent_job(
-                    agent_claims, model_spec=args.model, model=model, datasheets_dir=shared_dir() / "datasheets",
+                    agent_claims, model_spec=args.model, model=model, datasheets_dir=datasheets,
                     run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index, selected=selected,
                     api_url=start_chamber_api(stack, chambers, folder.run_dir, agent_claims), progress=bars)
         record_provenance()
@@ -1076,6 +1226,27 @@ def cmd_run(args: Args) -> int:
         folder.close()
     emit(args, summary, render_run_summary)
     return 130 if status == "interrupted" else 0
+
+
+def check_run_files(args: Args, station: str | None) -> None:
+    """Parse the limits and station files whole (not only read them) before the main job opens anything."""
+    from chamber.instruments.station import load_station_file
+    from chamber.limits import load_limits
+
+    if args.limits:
+        load_limits(args.limits)
+    if station:
+        load_station_file(station)
+
+
+def no_datasheets(claims: list[Any], datasheets: Path) -> str | None:
+    """Why the agent part cannot run (not one of its claims' datasheets is in `datasheets`), or None if one is."""
+    if any((datasheets / c.identity.filename).exists() for c in claims):
+        return None
+    names = sorted({c.identity.filename for c in claims})
+    return (f"no datasheet in {datasheets} (expected {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}); "
+            f"fetch them with `chamberlab datasheet fetch --all --dir {datasheets}`, or set CHAMBERLAB_SHARED to "
+            "the folder that holds datasheets/")
 
 
 def cmd_runs(args: Args) -> int:
@@ -1101,23 +1272,83 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench_cli.py", description="chamberlab: Causal Chamber lab controller and instrumented datasheet agent")
+    parser = Parser(
+        prog="chamberlab", description="chamberlab: Causal Chamber lab controller and instrumented datasheet agent")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (also after the command)")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMAND_GROUPS:
         add(sub)
     return parser
 
 
+TEXT_FILE_OPTIONS = {"params": "--params", "limits": "--limits", "safe": "--safe", "station": "--station",
+                     "calibration": "--calibration", "prices": "--prices", "base": "--base",
+                     "token_file": "--token-file", "chamber_token_file": "--chamber-token-file",
+                     "recording": "recording", "protocol": "protocol", "station_file": "station_file"}
+"""Options naming a text file (YAML, JSON, CSV, protocol, token) that every command reads as UTF-8."""
+
+
+def check_input_files(args: Args) -> None:
+    """Refuse, naming the option and the file, an input file that is missing, a folder, unreadable or not UTF-8
+    text: before any chamber is opened, and instead of a bare UnicodeDecodeError that names no file."""
+    claims = [Path(c) for c in getattr(args, "claims", None) or () if isinstance(c, str) and Path(c).exists()]
+    files = [("--claims", f) for c in claims for f in ([c] if c.is_file() else sorted(c.rglob("*.y*ml")))]
+    for dest, option in TEXT_FILE_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if value is not None and value is not True and value is not False:
+            files.append((option, Path(value)))
+    for option, path in files:
+        if not path.is_file():
+            raise CliError(f"{option} {path}: " + ("expected a file, got a folder" if path.is_dir() else
+                                                   "no such file"))
+        try:  # the first MiB: enough to tell text from binary without reading a long recording twice
+            with path.open("rb") as fh:
+                codecs.getincrementaldecoder("utf-8")().decode(fh.read(1 << 20), final=False)
+        except OSError as exc:
+            raise CliError(f"{option} {path}: cannot be read ({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            raise CliError(f"{option} {path}: expected UTF-8 text, byte {exc.object[exc.start]:#04x} at offset "
+                           f"{exc.start} is not UTF-8") from None
+
+
+def error_text(exc: BaseException) -> str:
+    """An error as one line: pydantic's multi-line report becomes its first field and message (and how many more),
+    YAML's caret drawing and any other line breaks fold into spaces."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{exc.title}: field '{where}': {first['msg']}{more}"
+    return " ".join(str(exc).split())
+
+
+def fail(as_json: bool, kind: str, message: str) -> int:
+    """Print a refusal (stderr `error: <type>: <message>`, or one JSON object on stdout with --json); exit code 2."""
+    if as_json:
+        sys.stdout.write(json.dumps({"error": {"type": kind, "message": message}}) + "\n")
+    else:
+        sys.stderr.write(f"error: {kind}: {message}\n")
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        return fail("--json" in argv, "usage", error_text(exc))
+    args.verbose = getattr(args, "verbose", False)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from chamber.stop import sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():  # SIGTERM unwinds like Ctrl-C: exit paths apply the safe state
+            check_input_files(args)  # a missing or undecodable file is named before any work starts
             result = args.handler(args)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
@@ -1125,11 +1356,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # rendered, not swallowed: the type and message tell the user what went wrong
         if args.verbose:
             log.exception("command failed")
-        if getattr(args, "json", False):
-            sys.stdout.write(json.dumps({"error": {"type": type(exc).__name__, "message": str(exc)}}) + "\n")
-        else:
-            sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
-        return 2
+        return fail(getattr(args, "json", False), type(exc).__name__, error_text(exc))
     return int(result or 0)
 
 
@@ -1160,6 +1387,8 @@ def render_run_summary(d: dict[str, Any]) -> str:
                      + ", ".join(f"{k} {v}" for k, v in sorted(st["verdicts"].items())) + ")")
     for kind, counters in (d.get("link") or {}).items():
         lines.append(f"link {kind}:    " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+    if d.get("agent_skipped"):
+        lines.append(f"agent:      skipped: {d['agent_skipped']}")
     a = d.get("agent")
     if a:
         lines.append(f"agent:      {a['model']} on {a['cells']} claims ({a['kept_from_earlier']} kept from before): "

@@ -75,12 +75,21 @@ def selection_of(backend: str | None, ports: list[str] | None, **fields: Any) ->
 
 
 def read_params(path: str | Path | None) -> dict[str, Any] | None:
-    """A simulator parameter file (YAML or JSON, the one settings reader) as a mapping, or None without a file."""
+    """A simulator parameter file (YAML or JSON, the one settings reader) as a mapping, checked against the
+    simulator's parameter model, or None without a file. SelectionError names the file and the field."""
     if path is None:
         return None
+    from simulator.params import params_from
+
     data = read_settings_file(path)
     if not isinstance(data, dict):
         raise SelectionError(f"{path}: expected a mapping of simulator parameters, got {type(data).__name__}")
+    try:  # checked here, so that the error names the file, not only pydantic's model
+        params_from(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SelectionError(f"{path}: field '{where}': {first['msg'].removeprefix('Value error, ')}") from None
     return data
 
 

@@ -184,7 +184,7 @@ def _cli(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
 
 
 def test_cli_serve_refuses_a_non_loopback_bind_without_token(tmp_path):
-    proc = _cli("serve", "--host", "0.0.0.0", "--port", "0", "--record", str(tmp_path), "--json")
+    proc = _cli("serve", "--host", "0.0.0.0", "--listen-port", "0", "--record", str(tmp_path), "--json")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert json.loads(out)["error"]["type"] == "CliError" and "token" in json.loads(out)["error"]["message"]
@@ -194,7 +194,7 @@ def test_cli_serve_refuses_a_non_loopback_bind_without_token(tmp_path):
 def test_cli_serve_runs_under_uvicorn_and_stops_on_sigterm(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    proc = _cli("serve", "--port", "0", "--chamber", "wt", "--record", str(tmp_path / "rec"),
+    proc = _cli("serve", "--listen-port", "0", "--chamber", "wt", "--record", str(tmp_path / "rec"),
                 "--token-file", str(token_file), "--json")
     try:
         started = json.loads(proc.stdout.readline())  # printed once the server is listening

@@ -116,7 +116,7 @@ def test_check_grades_a_users_claim_and_refuses_a_bad_file(tmp_path, capsys):
 def test_serve_matrix_and_extract_take_the_users_claims(tmp_path, capsys, monkeypatch):
     """Every command loads claims the same way: each refuses the same bad file before doing any work."""
     bad = _write(tmp_path / "bad.yaml", [{**RANGE, "datasheet_sha256": "11" * 32}])
-    for argv in (["serve", "--port", "0"], ["matrix", "--models", "scripted:reader", "--out", str(tmp_path / "m")],
+    for argv in (["serve", "--listen-port", "0"], ["matrix", "--models", "scripted:reader", "--out", str(tmp_path / "m")],
                  ["extract", "dps310-lab-operating-range", "--model", "scripted:reader", "--no-chamber"],
                  ["run", "--no-agent", "--runs-dir", str(tmp_path / "runs")]):
         code, out = _cli(capsys, *argv, "--claims", str(bad))
