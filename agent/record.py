@@ -23,7 +23,9 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-SCHEMA_VERSION = "2"  # 2: usage counts may be null (not reported), response ids, per-attempt facts
+SCHEMA_VERSION = "3"  # 2: usage counts may be null (not reported), response ids, per-attempt facts;
+# 3: run_start carries the cell's place in its plan (cell_id, arm, repeat) as typed fields. Older records read
+# as before (the new fields are None there; agent.scoring.cells recovers arm and repeat the old way for them).
 OUTPUT_KEPT_BYTES = 4096  # output text kept inline in the record; the whole output is always in the blob
 
 Phase = Literal["extraction", "chamber"]
@@ -58,9 +60,28 @@ class ToolSurface(BaseModel):
     specs: list[dict[str, Any]] = []
 
 
+class CellKey(BaseModel):
+    """A cell's place in a plan of cells (agent.cell_runner): its id, the probe arm and the repeat number.
+
+    Typed on run_start so a record alone says which arm and repeat produced it, without parsing its run id or
+    its tool surface version."""
+
+    model_config = _STRICT
+
+    cell_id: str = Field(min_length=1)
+    arm: str = Field(min_length=1)
+    repeat: int = Field(ge=1)
+
+
 class RunStart(_Event):
     kind: Literal["run_start"] = "run_start"
     schema_version: str = SCHEMA_VERSION
+    # the cell's place in its plan (schema 3): cell_id is the record's own id (its file name) for every cell;
+    # arm and repeat are None for a cell run outside a plan (a bare run_cell). All three are None in records of
+    # schema 1-2, which predate the fields.
+    cell_id: str | None = None
+    arm: str | None = None
+    repeat: int | None = Field(default=None, ge=1)
     claim_id: str
     model: str
     provider: str
@@ -271,6 +292,15 @@ class RecordWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def schema_number(start: RunStart) -> int:
+    """The record's schema version as a number (RecordError for one that is not a whole number)."""
+    try:
+        return int(start.schema_version)
+    except ValueError:
+        raise RecordError(f"run {start.run_id}: schema_version {start.schema_version!r}, expected a whole "
+                          "number") from None
 
 
 def kept_text(text: str, limit: int = OUTPUT_KEPT_BYTES) -> tuple[str, int]:

@@ -47,6 +47,22 @@ CREATE TABLE IF NOT EXISTS verdicts (
 """
 
 
+FIDELITY_VALUES = ("passed", "failed", "not_scored")
+"""The cells table's fidelity column: the scorer's verdict on the cell's extraction; NULL until it is scored."""
+
+
+@dataclass(frozen=True)
+class CellScore:
+    """What the index keeps of a cell's scores: fidelity (one of FIDELITY_VALUES) and the detector's flags."""
+
+    fidelity: str
+    flags: list[str]
+
+    def __post_init__(self) -> None:
+        if self.fidelity not in FIDELITY_VALUES:
+            raise ValueError(f"fidelity {self.fidelity!r}: expected one of {', '.join(FIDELITY_VALUES)}")
+
+
 @dataclass(frozen=True)
 class RunRow:
     run_id: str
@@ -101,11 +117,25 @@ class RunIndex:
 
     def record_cell(self, run_id: str, cell_id: str, claim_id: str, model: str, outcome: str | None,
                     record: str | None, fidelity: str | None = None, flags: list[str] | None = None) -> None:
+        """A cell's row; fidelity and flags stay NULL (not scored yet) unless given: see record_scores."""
         self._db.execute(
             "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, cell_id, claim_id, model, outcome, fidelity, json.dumps(flags or []), record),
+            (run_id, cell_id, claim_id, model, outcome, fidelity, None if flags is None else json.dumps(flags),
+             record),
         )
         self._db.commit()
+
+    def record_scores(self, run_id: str, scores: dict[str, CellScore]) -> list[str]:
+        """Write each scored cell's fidelity and flags into its row (one transaction); returns the cell ids in
+        `scores` that have no row in `run_id` (scored records the index does not list), in order."""
+        missing = []
+        with self._db:
+            for cell_id, score in scores.items():
+                cur = self._db.execute("UPDATE cells SET fidelity=?, flags=? WHERE run_id=? AND cell_id=?",
+                                       (score.fidelity, json.dumps(score.flags), run_id, cell_id))
+                if cur.rowcount == 0:
+                    missing.append(cell_id)
+        return sorted(missing)
 
     def runs(self) -> Iterator[RunRow]:
         for row in self._db.execute(
@@ -118,7 +148,7 @@ class RunIndex:
             "SELECT cell_id, claim_id, model, outcome, fidelity, flags, record FROM cells WHERE run_id=? "
             "ORDER BY cell_id", (run_id,))
         keys = ("cell_id", "claim_id", "model", "outcome", "fidelity", "flags", "record")
-        return [dict(zip(keys, row)) | {"flags": json.loads(row[5])} for row in cur]
+        return [dict(zip(keys, row)) | {"flags": None if row[5] is None else json.loads(row[5])} for row in cur]
 
     def verdicts(self, run_id: str) -> list[dict[str, Any]]:
         cur = self._db.execute("SELECT claim_id, verdict, class, value, u, unit FROM verdicts WHERE run_id=? "

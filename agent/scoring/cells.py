@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.record import RecordError, read_record
+from agent.record import RecordError, RunStart, read_record, schema_number
 
 NAVIGATION_TOOLS = frozenset({"build_datasheet", "get_section_text", "search_text", "extract_table_markdown",
                               "inspect_page"})
@@ -80,14 +80,26 @@ class CellFacts:
 
 
 def arm_of_surface(version: str) -> str:
-    """The arm recorded in the tool surface version ("<version>+arm=<arm>"), or "normal"."""
+    """The arm recorded in the tool surface version ("<version>+arm=<arm>"), or "normal" (schema 1-2 only)."""
     return version.split(ARM_MARK, 1)[1] if ARM_MARK in version else "normal"
 
 
 def _repeat_of(run_id: str) -> int | None:
-    """The repeat number the matrix runner writes at the end of a run id ("...--r2")."""
+    """The repeat number the matrix runner wrote at the end of a run id ("...--r2") (schema 1-2 only)."""
     m = re.search(r"--r(\d+)$", run_id)
     return int(m.group(1)) if m else None
+
+
+TYPED_CELL_SCHEMA = 3  # from this record schema on, run_start carries arm and repeat as typed fields
+
+
+def arm_and_repeat(start: RunStart) -> tuple[str, int | None]:
+    """The cell's arm and repeat: typed on run_start from schema 3 on (a cell run outside a plan has neither:
+    its arm is "normal", the tools the loop offers by default); recovered from the tool surface version and
+    the run id only for records of the older schemas (the archived runs), which predate the typed fields."""
+    if schema_number(start) >= TYPED_CELL_SCHEMA:
+        return start.arm or "normal", start.repeat
+    return arm_of_surface(start.tool_surface.version), (start.config or {}).get("repeat", _repeat_of(start.run_id))
 
 
 def facts_from_events(events: list[Any], record: Path | None = None) -> CellFacts:
@@ -110,7 +122,7 @@ def facts_from_events(events: list[Any], record: Path | None = None) -> CellFact
         (e.extraction for e in events if e.kind == "phase_change"), None)
     outcome = end.outcome if end is not None else "engine_error"
     usage = end.usage.model_dump() if end is not None else {}
-    config = start.config or {}
+    arm, repeat = arm_and_repeat(start)
     chamber_verdict = None
     if end is not None and isinstance(end.chamber_outcome, dict):
         v = end.chamber_outcome.get("verdict")
@@ -120,7 +132,7 @@ def facts_from_events(events: list[Any], record: Path | None = None) -> CellFact
         final_error = f"{outcome}: {end.detail if end is not None else 'record cut short (no run_end)'}"
     return CellFacts(
         run_id=start.run_id, claim_id=start.claim_id, model=start.model,
-        arm=arm_of_surface(start.tool_surface.version), repeat=config.get("repeat", _repeat_of(start.run_id)),
+        arm=arm, repeat=repeat,
         source="record", outcome=outcome, extraction=extraction, calls=calls, calls_known=True,
         final_error=final_error, usage=usage, wall_s=end.wall_s if end is not None else None,
         model_latency_s=sum(t.latency_ms for t in turns) / 1000.0, turns=len(turns),
