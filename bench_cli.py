@@ -1292,7 +1292,8 @@ TEXT_FILE_OPTIONS = {"params": "--params", "limits": "--limits", "safe": "--safe
 def check_input_files(args: Args) -> None:
     """Refuse, naming the option and the file, an input file that is missing, a folder, unreadable or not UTF-8
     text: before any chamber is opened, and instead of a bare UnicodeDecodeError that names no file."""
-    claims = [Path(c) for c in getattr(args, "claims", None) or () if isinstance(c, str) and Path(c).exists()]
+    given = getattr(args, "claims", None)  # a list of paths or ids; `station check --claims` is a flag
+    claims = [Path(c) for c in given if Path(c).exists()] if isinstance(given, list) else []
     files = [("--claims", f) for c in claims for f in ([c] if c.is_file() else sorted(c.rglob("*.y*ml")))]
     for dest, option in TEXT_FILE_OPTIONS.items():
         value = getattr(args, dest, None)
