@@ -8,7 +8,6 @@ caller owns the clock) and must carry a time zone.
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime
 from pathlib import Path
@@ -18,12 +17,18 @@ import numpy as np
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from calibration.cross_sensor import BAROMETERS, CrossSensorCalibration
+from firmware_bridge.model_file import ModelFileError, describe_validation, load_model_file
 
 RECORD_SCHEMA = "chamberlab.calibration/1"
 
 
 class RecordError(ValueError):
     """A calibration record that cannot be loaded or applied; the message names the offending field."""
+
+
+class RecordFileError(RecordError, ModelFileError):
+    """A calibration record file that cannot be read or is not a record: names the file, the field, what was
+    expected and what arrived (the one configuration-file error, firmware_bridge.model_file)."""
 
 
 class CrossSensorParameters(BaseModel):
@@ -136,7 +141,7 @@ def record_from_calibration(
             },
         )
     except ValidationError as exc:
-        raise RecordError(_describe(exc, "calibration record")) from None
+        raise RecordError(f"calibration record: {describe_validation(exc, CalibrationRecord)}") from None
 
 
 def save_record(record: CalibrationRecord, path: Path) -> Path:
@@ -147,48 +152,8 @@ def save_record(record: CalibrationRecord, path: Path) -> Path:
 
 
 def load_record(path: Path) -> CalibrationRecord:
-    """Read a record; a missing file, non-JSON or a wrong file raises RecordError naming the field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RecordError(f"calibration record {path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"calibration record {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise RecordError(f"calibration record {path}: expected a JSON object, got {type(data).__name__}")
-    try:
-        return CalibrationRecord.model_validate(data)
-    except ValidationError as exc:
-        raise RecordError(_describe(exc, f"calibration record {path}")) from None
-
-
-def _describe(exc: ValidationError, what: str) -> str:
-    """Missing and unexpected fields named in two lists, every other problem as 'field <path>: message (got x)'."""
-    missing, unexpected, other = [], [], []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(root)"
-        if err["type"] == "missing":
-            missing.append(field)
-        elif err["type"] == "extra_forbidden":
-            unexpected.append(field)
-        else:
-            got = err.get("input")
-            shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
-            if len(shown) > 60:
-                shown = shown[:57] + "..."
-            other.append(f"field {field!r}: {err['msg'].removeprefix('Value error, ')} (got {shown})")
-    parts = []
-    if missing:
-        parts.append("missing " + ", ".join(f"field {f!r}" for f in missing))
-    if unexpected:
-        parts.append("unexpected " + ", ".join(f"field {f!r}" for f in unexpected))
-    parts += other[:5]
-    if len(other) > 5:
-        parts.append(f"(+{len(other) - 5} more)")
-    return f"{what}: " + "; ".join(parts)
+    """Read a record; a missing file, non-JSON or a wrong file raises RecordFileError naming the file and field."""
+    return load_model_file(path, CalibrationRecord, what="calibration record", error=RecordFileError)
 
 
 def _installed_version() -> str:

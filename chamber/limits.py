@@ -16,14 +16,13 @@ A bound must be a finite number: NaN compares false with everything, so a NaN bo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from chamber.errors import LimitsError
+from firmware_bridge.model_file import ModelFileError, load_model_file, read_data_file, validate_model
 from firmware_bridge.variables import Kind, Layout
 
 
@@ -186,27 +185,25 @@ def check_controller(layout: Layout, limits: "OperatorLimits | None", state: dic
         raise ControllerUnbounded(loose)
 
 
+class LimitsFileError(LimitsError, ModelFileError):
+    """A limits, safe-state or other operator settings file that cannot be read or does not validate: names the
+    file, the field, what was expected and what arrived (the one configuration-file error)."""
+
+
 def parse_limits(data: Any, source: str = "limits") -> OperatorLimits:
-    try:
-        return OperatorLimits.model_validate(data)
-    except ValidationError as exc:
-        raise LimitsError(f"{source}: {exc}") from exc
+    """Limits from already parsed data (a mapping, as a file holds it); LimitsFileError names `source` and field."""
+    return validate_model(data, OperatorLimits, source=source, error=LimitsFileError)
 
 
-def read_settings_file(path: str | Path) -> Any:
-    """The content of an operator's YAML or JSON file (limits, safe state; JSON by suffix, YAML otherwise), or
-    LimitsError naming the file and what is wrong with it."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        return json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise LimitsError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}") from exc
+def read_settings_file(path: str | Path, what: str = "settings file") -> Any:
+    """The content of an operator's YAML or JSON file (limits, safe state; JSON by suffix, YAML otherwise, an
+    empty file is {}), or LimitsFileError naming the file and what is wrong with it."""
+    return read_data_file(path, what=what, error=LimitsFileError)
 
 
 def load_limits(path: str | Path) -> OperatorLimits:
     """Read a YAML or JSON limits file (by suffix; YAML otherwise)."""
-    return parse_limits(read_settings_file(path) or {}, str(path))
+    return load_model_file(path, OperatorLimits, what="limits file", error=LimitsFileError)
 
 
 def as_limits(limits: OperatorLimits | dict | str | Path | None) -> OperatorLimits | None:

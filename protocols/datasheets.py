@@ -15,14 +15,19 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from firmware_bridge.model_file import ModelFileError, parse_data_text, validate_model
 from firmware_bridge.variables import LAYOUTS
 
 
 class DatasheetError(ValueError):
     """The datasheet table is malformed, or a part is unknown."""
+
+
+class DatasheetFileError(DatasheetError, ModelFileError):
+    """A datasheet table that is not valid YAML or whose entries do not validate (the one configuration-file
+    error: names the source, the entry, the field, what was expected and what arrived)."""
 
 
 class UnknownDatasheet(DatasheetError, KeyError):
@@ -109,24 +114,18 @@ def _load_packaged() -> tuple[DatasheetIdentity, ...]:
 
 def parse_datasheets(text: str, source: str = "<string>") -> tuple[DatasheetIdentity, ...]:
     """Parse a datasheet table (YAML with a top-level `datasheets:` list); errors name the source and entry."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise DatasheetError(f"{source}: not valid YAML: {e}") from e
+    doc = parse_data_text(text, source=source, error=DatasheetFileError)
     if not isinstance(doc, dict) or not isinstance(doc.get("datasheets"), list):
-        raise DatasheetError(f"{source}: expected a mapping with a 'datasheets' list")
+        raise DatasheetFileError(source, "expected a mapping with a 'datasheets' list")
     out: list[DatasheetIdentity] = []
     for i, entry in enumerate(doc["datasheets"]):
-        try:
-            out.append(DatasheetIdentity.model_validate(entry))
-        except ValidationError as e:
-            name = entry.get("part", f"#{i}") if isinstance(entry, dict) else f"#{i}"
-            fields = "; ".join(f"field {'.'.join(map(str, err['loc']))!r}: {err['msg']}" for err in e.errors())
-            raise DatasheetError(f"{source}: datasheet {name}: {fields}") from e
+        name = entry.get("part", f"#{i}") if isinstance(entry, dict) else f"#{i}"
+        out.append(validate_model(entry, DatasheetIdentity, source=f"{source}: datasheet {name}",
+                                  error=DatasheetFileError))
     parts = [d.part for d in out]
     dupes = sorted({p for p in parts if parts.count(p) > 1})
     if dupes:
-        raise DatasheetError(f"{source}: duplicate part(s) {dupes}")
+        raise DatasheetFileError(source, f"duplicate part(s) {dupes}")
     return tuple(out)
 
 

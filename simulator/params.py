@@ -21,11 +21,12 @@ Two parameter sets (issue 14):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from firmware_bridge.model_file import load_model_file
 
 BAROMETERS = ("upwind", "downwind", "ambient", "intake")
 """The four DPS310 units, by the suffix of their `pressure_*` / `osr_*` variables."""
@@ -311,9 +312,9 @@ class SimParams(_Strict):
 
 
 def load_params(path: str | Path) -> SimParams:
-    """Read and validate a parameter file; pydantic's error names the offending key."""
-    text = Path(path).read_text(encoding="utf-8")
-    return SimParams.model_validate(json.loads(text))
+    """Read and validate a parameter file (JSON by suffix, YAML otherwise); ModelFileError names the file, the
+    field, what was expected and what arrived."""
+    return load_model_file(path, SimParams, what="simulator parameters")
 
 
 AUTHORS_PARAMS_PATH = Path(__file__).with_name("params_authors.json")

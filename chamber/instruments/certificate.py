@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
 
 
 class CertificateError(ValueError):
     """A certificate file that is missing, malformed, or lacks the quantity asked for (names which)."""
+
+
+class CertificateFileError(CertificateError, ModelFileError):
+    """A certificate file that cannot be read or does not validate (the one configuration-file error)."""
 
 
 class AccuracyRow(BaseModel):
@@ -100,15 +105,9 @@ class CertifiedUncertainty:
 
 
 def load_certificate(path: str | Path) -> Certificate:
+    """A certificate file (YAML); CertificateFileError names the file, the field, what was expected and arrived."""
     p = Path(path)
-    if not p.is_file():
-        raise CertificateError(f"certificate file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        return Certificate.model_validate({**(data or {}), "source": str(p)})
-    except yaml.YAMLError as exc:
-        raise CertificateError(f"certificate file {p}: not valid YAML: {exc}") from exc
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(x) for x in first["loc"]) or "<file>"
-        raise CertificateError(f"certificate file {p}: field {field!r}: {first['msg']}") from exc
+    data = read_data_file(p, what="certificate file", error=CertificateFileError)
+    if isinstance(data, dict):
+        data = {**data, "source": str(p)}
+    return validate_model(data, Certificate, source=f"certificate file {p}", error=CertificateFileError)

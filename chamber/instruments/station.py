@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chamber.instruments.barometer import ReferenceBarometer
 from chamber.instruments.base import InstrumentError, ResourceManagerLike, VisaInstrument
 from chamber.instruments.certificate import Certificate, CertificateError, load_certificate
 from chamber.instruments.smu import SourceMeter
 from chamber.instruments.temperature import TemperatureController
+from firmware_bridge.model_file import ModelFileError, load_model_file
 from firmware_bridge.variables import LAYOUTS
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,10 @@ ComponentName = Literal["DPS310", "Si115x", "ACS70331", "A4988"]
 
 class StationError(InstrumentError):
     """The station cannot be used as described (bad file, missing instrument, wrong identity); nothing was staged."""
+
+
+class StationFileError(StationError, ModelFileError):
+    """A station file that cannot be read or does not validate (the one configuration-file error)."""
 
 
 def _chamber_variables(chamber: str) -> set[str]:
@@ -140,22 +144,8 @@ class StationFile(_Model):
 
 
 def load_station_file(path: str | Path) -> StationFile:
-    """Parse and validate a station file; StationError names the file and the first bad field."""
-    p = Path(path)
-    if not p.is_file():
-        raise StationError(f"station file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise StationError(f"station file {p}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise StationError(f"station file {p}: expected a mapping with 'name' and 'instruments'")
-    try:
-        return StationFile.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "<station>"
-        raise StationError(f"station file {p}: {where}: {first['msg'].removeprefix('Value error, ')}") from exc
+    """Parse and validate a station file; StationFileError names the file, the field and what was expected."""
+    return load_model_file(path, StationFile, what="station file", error=StationFileError)
 
 
 # ------------------------------------------------------------------------------------------ the open station

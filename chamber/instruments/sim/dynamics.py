@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from firmware_bridge.model_file import load_model_file, read_data_file, validate_model
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +91,11 @@ class SimParams(_Model):
 
 
 def load_sim_params(source: str | Path | Mapping[str, Any] | None = None) -> SimParams:
-    """The packaged params.yaml, a path to another file, or a mapping."""
-    if source is None:
-        text = resources.files("chamber.instruments.sim").joinpath("params.yaml").read_text(encoding="utf-8")
-        return SimParams.model_validate(yaml.safe_load(text))
+    """The packaged params.yaml, a path to another file, or a mapping; ModelFileError names the file and field."""
     if isinstance(source, Mapping):
-        return SimParams.model_validate(dict(source))
-    return SimParams.model_validate(yaml.safe_load(Path(source).read_text(encoding="utf-8")))
+        return validate_model(dict(source), SimParams, source="instrument simulator parameters")
+    path = Path(source) if source is not None else Path(str(resources.files("chamber.instruments.sim") / "params.yaml"))
+    return load_model_file(path, SimParams, what="instrument simulator parameters")
 
 
 def packaged_bench_file() -> Path:
@@ -121,11 +120,11 @@ class SimClock:
 # ------------------------------------------------------------------------------------------- the YAML side
 def _device_definitions(bench_file: Path) -> dict[str, tuple[str, dict[str, Any]]]:
     """resource name -> (device name, its property definitions) from the bench file and its device files."""
-    bench = yaml.safe_load(bench_file.read_text(encoding="utf-8"))
+    bench = read_data_file(bench_file, what="instrument bench file")
     out = {}
     for resource, entry in bench["resources"].items():
         device_file = bench_file.parent / entry.get("filename", bench_file.name)
-        devices = yaml.safe_load(device_file.read_text(encoding="utf-8"))["devices"]
+        devices = read_data_file(device_file, what="instrument device file")["devices"]
         out[resource] = (entry["device"], devices[entry["device"]].get("properties", {}))
     return out
 
