@@ -1,5 +1,8 @@
 """Text primitives of the scripted reader: folding, word tokens, units, printed figures, readings.
 
+Folding and the SI prefixes are protocols/text.py's and protocols/units.py's (re-exported here as `fold` and
+`SI_PREFIX`, the float view of the one exact table).
+
 Why a module of its own: the reader's table heuristics (agent/scripted.py) and its specification-sheet heuristics
 (agent/reader_sheets.py) read the same printed text the same way; both import these, so each rule is written once
 and neither module imports the other's internals.
@@ -11,24 +14,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-SI_PREFIX = {"n": 1e-9, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "m": 1e-3, "": 1.0, "c": 1e-2, "h": 1e2, "k": 1e3,
-              "M": 1e6}
+from protocols.text import fold  # the reader's fold is the default one: dashes as "-", µ/°/Ω unified, one space
+from protocols.units import SI_PREFIX_FLOAT as SI_PREFIX
+
 STOP_WORDS = {"the", "of", "at", "and", "a", "an", "in", "per", "to", "for", "mode", "not", "with", "on", "or", "is"}
 NUM = r"[-+–−]?\d+(?:[.,]\d+)?"
 
 
-def fold(text: str) -> str:
-    text = (text.replace("–", "-").replace("−", "-").replace("—", "-").replace("μ", "µ").replace("º", "°")
-            .replace("\u00ad", ""))
-    return " ".join(text.split())
-
-
 def tokens(text: str) -> set[str]:
-    return {t for t in re.findall(r"[a-z0-9µ°]+(?:\.[0-9]+)?", fold(text).lower()) if t not in STOP_WORDS}
+    return {t for t in re.findall(r"[a-z0-9µ°]+(?:\.[0-9]+)?", fold(text, case="lower")) if t not in STOP_WORDS}
 
 
 def unit_key(unit: str) -> str:
-    u = fold(unit).replace(" ", "").replace("RMS", "").replace("rms", "")
+    u = fold(unit, spaces="drop").replace("RMS", "").replace("rms", "")
     return u.replace("u", "µ") if u.startswith("u") else u
 
 
@@ -82,7 +80,7 @@ _SPAN = re.compile(r"^(" + NUM + r")\s*to\s*(" + NUM + r")$")
 
 
 def to_float(text: str) -> float:
-    return float(text.replace(",", ".").replace("–", "-").replace("−", "-"))
+    return float(fold(text, signs=False).replace(",", "."))
 
 
 def cell_value(cell: str) -> tuple[str, Any] | None:

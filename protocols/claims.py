@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import re
-import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -49,6 +48,7 @@ from pydantic_core import PydanticCustomError
 from firmware_bridge.variables import LAYOUTS
 
 from .datasheets import DatasheetIdentity, UnknownDatasheet, datasheet_for, known_datasheets
+from .text import fold
 
 log = logging.getLogger(__name__)
 
@@ -466,17 +466,7 @@ def get_claim(claim_id: str, claims: Mapping[str, Claim] | None = None) -> Claim
 
 
 # ------------------------------------------------------------------------------------- text normalisation
-_DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"), "-")
-_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\ufeff"), None)
-_SIGNS = {ord("\u00ba"): "\u00b0", ord("\u03bc"): "\u00b5"}  # masculine ordinal as degree; Greek mu as micro
-
-
 def normalise_text(text: str, *, dashes: bool = True, signs: bool = False) -> str:
-    """Text for comparing against a PDF text layer: collapsed whitespace (incl. thin/no-break spaces), no soft
-    hyphens; optionally every dash as '-' and the look-alike signs (U+00BA, U+03BC) folded to degree and micro."""
-    text = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
-    if dashes:
-        text = text.translate(_DASHES)
-    if signs:
-        text = text.translate(_SIGNS)
-    return " ".join(text.split())
+    """Text for comparing against a PDF text layer (protocols.text.fold): collapsed whitespace (incl. thin/no-break
+    spaces), no soft hyphens; optionally every dash as '-' and the look-alike signs (ºC, μ, Ω) in one spelling."""
+    return fold(text, dashes="all" if dashes else "keep", signs=signs)

@@ -72,6 +72,7 @@ from typing import Any, Literal, Protocol, Sequence
 
 from calibration.budget import coverage_factor, welch_satterthwaite
 from protocols.measurement import Measurement, to_decimal
+from protocols.units import SI_PREFIX as _PREFIX  # the one exact prefix table
 
 RULE_NAME = "chamberlab guard-band rule (ILAC-G8:2019 4.2.3, w = c; VIM 2.47 compatibility for point claims)"
 RULE_VERSION = "1.1"
@@ -232,9 +233,6 @@ class CapabilityCheck:
 
 
 # ------------------------------------------------------------------------------------------------- helpers
-_PREFIX = {"": Fraction(1), "k": Fraction(1000), "h": Fraction(100), "da": Fraction(10), "d": Fraction(1, 10),
-           "c": Fraction(1, 100), "m": Fraction(1, 1000), "µ": Fraction(1, 10**6), "μ": Fraction(1, 10**6),
-           "u": Fraction(1, 10**6), "n": Fraction(1, 10**9), "M": Fraction(10**6)}
 _BASE_UNITS = ("Pa", "A", "V", "W", "Hz", "s", "lx", "bar", "g")
 
 

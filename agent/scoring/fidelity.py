@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable
 
 from agent.datasheet.normalise import map_chars
+from protocols.text import fold
+from protocols.units import fold_unit
 
 _NUM = r"[-+]?\d+(?:[.,]\d+)?"
 _NUMERIC_NEEDLE = re.compile(r"^(?:<=|>=|[<>~]|\+/-)?\s*(?P<num>" + _NUM + r")$")
@@ -36,17 +38,10 @@ _NUM_IN_TEXT = re.compile(r"(?<![\d.,])(" + _NUM + r")(?![\d]|[.,]\d)")
 _REL_TOL = 1e-9
 
 
-def fold_unit(text: str) -> str:
-    """A unit in a canonical form: mapped characters (µ/μ, º/°, Ω), superscripts as digits, no spaces, lower case."""
-    t = map_chars(str(text)).replace("²", "2").replace("³", "3")
-    t = t.replace("ohm", "Ω").replace("Ohm", "Ω")
-    return re.sub(r"\s+", "", t).lower()
-
-
 def fold_text(text: str) -> str:
-    """Running text folded for needle search: mapped characters, single spaces, lower case."""
-    t = map_chars(str(text)).replace("²", "2").replace("³", "3")
-    return re.sub(r"\s+", " ", t).strip().lower()
+    """Running text folded for needle search: mapped characters, superscripts as digits, single spaces, lower case
+    (a unit is folded by protocols.units.fold_unit: the same, with no spaces and "ohm" as Ω)."""
+    return fold(str(text), ligatures=True, symbols=True, superscripts=True, case="lower")
 
 
 def _number(text: str) -> float:
