@@ -24,7 +24,7 @@ from agent.scoring.attribution import (
     human_cell_label,
 )
 from agent.scoring.cells import CellFacts, facts_from_imported, facts_from_record, is_record_file, read_imported
-from agent.scoring.detector import DatasheetSearcher, Grounding, detect, ground_quotation
+from agent.scoring.detector import DatasheetSearcher, DatasheetUnreadable, Grounding, detect, ground_quotation
 from agent.scoring.fidelity import score_claim
 from agent.scoring.pricing import PriceTable
 from agent.scoring.zeros import count_with_bound
@@ -105,8 +105,11 @@ def _printed_pages(claim: Any, facts: CellFacts, searcher: DatasheetSearcher | N
         return None
     search = searcher.search_fn(pdf)
     quote = str((facts.extraction or {}).get("quote") or "")
-    return sorted({int(h["page"]) for text in (str(claim.source.span), quote) if text for h in search(text)
-                   if "page" in h})
+    try:
+        return sorted({int(h["page"]) for text in (str(claim.source.span), quote) if text for h in search(text)
+                       if "page" in h})
+    except DatasheetUnreadable:  # the detector says not_evaluated with the reason; the page stays unchecked
+        return None
 
 
 def _decisive_names(claim: Any) -> list[str]:
