@@ -3,7 +3,7 @@
 
 The seed paper reports 9–12 s of local tool execution per cell (7–14 % of wall time); our goal is under 0.5 s.
 Tool time is the sum of tool-call durations in each cell's record (datasheet tools only: the reader runs phase
-one). Cells run in process (ScriptedClient) so that the figure is tool time, not HTTP time.
+one). Cells run in process (ScriptedModel) so that the figure is tool time, not HTTP time.
 
 Usage: bench_agent.py [--json] [--components DPS310,Si115x,ACS70331] [--record DIR]
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.loop import run_cell  # noqa: E402
+from agent.models.scripted import ScriptedModel, policy_named  # noqa: E402
 from agent.record import validate_record  # noqa: E402
-from agent.scripted import ScriptedClient, policy_named  # noqa: E402
 from bench_cli import shared_dir  # noqa: E402
 from protocols.claims import load_claims  # noqa: E402
 
@@ -43,7 +43,7 @@ def main() -> int:
     for claim in claims:
         pdf = shared_dir() / "datasheets" / claim.identity.filename
         t0 = time.perf_counter()
-        result = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"), datasheet=pdf,
+        result = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"), datasheet=pdf,
                           record_dir=record_dir, clock=time.time)
         wall_s.append(time.perf_counter() - t0)
         events = validate_record(result.record)

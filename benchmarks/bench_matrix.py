@@ -41,9 +41,9 @@ def _script(conv):
     """The server's policy: two searches and a submit, whatever the tools return (a fixed 3-turn cell)."""
     from agent.prompt import SUBMIT_EXTRACTION
 
-    yield ("search_text", {"query": conv.task.get("parameter", "range")})
-    yield ("search_text", {"query": conv.task.get("unit", "V") or "V"})
-    unit = conv.task.get("unit", "") or "V"
+    yield ("search_text", {"query": conv.task.parameter})
+    yield ("search_text", {"query": conv.task.unit or "V"})
+    unit = conv.task.unit or "V"
     yield (SUBMIT_EXTRACTION, {"value": 1.0, "unit": unit, "page": 1, "quote": f"1.0 {unit}", "conditions": {}})
 
 
@@ -53,17 +53,20 @@ def serve(latency_s: float) -> None:
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
-    from agent.scripted import ReplayPolicy
+    from agent.models.scripted import ReplayPolicy
+    from agent.prompt import ClaimView
+    from agent.testserver import answer
 
-    policy = ReplayPolicy(_script, phase_two=False)
+    policy = ReplayPolicy(_script)
+    task = ClaimView("bench", "bench", "range", "V", ())  # HTTP carries no claim: one fixed task for every cell
     app = FastAPI()
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> JSONResponse:
         raw = await request.body()
         await asyncio.sleep(latency_s)
-        reply = policy.respond(json.loads(raw))
-        return JSONResponse(reply, headers={"request-id": "req_" + hashlib.sha256(raw).hexdigest()[:20]})
+        status, reply = answer(policy, json.loads(raw), task)
+        return JSONResponse(reply, status_code=status, headers={"request-id": "req_" + hashlib.sha256(raw).hexdigest()[:20]})
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", backlog=2048, timeout_keep_alive=300,
                             limit_concurrency=None)

@@ -20,8 +20,9 @@ import chamber
 from agent.chamber_client import ChamberClient, ChamberError
 from agent.loop import run_cell
 from agent.models.anthropic_client import AnthropicClient
+from agent.models.scripted import call, closed_book, policy_named
+from agent.prompt import project_claim
 from agent.record import validate_record
-from agent.scripted import ClosedBook, policy_named, tool_use
 from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.api import running_api
@@ -68,7 +69,7 @@ def api(tmp_path, claims) -> Iterator[Api]:
 
 
 def _cell(claim, policy, api: Api, tmp_path: Path):
-    with serve_scripted(policy) as (url, _):
+    with serve_scripted(policy, project_claim(claim)) as (url, _):
         return run_cell(claim, model=AnthropicClient("scripted", api_key="k", base_url=url),
                         datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path / "cells",
                         clock=SteppingClock(), chamber=api.client)
@@ -126,13 +127,12 @@ def test_reader_runs_both_phases(claims, api, tmp_path):
 
 
 def test_chamber_tool_in_phase_one_is_denied_and_never_reaches_the_service(claims, api, tmp_path):
-    class Eager:
-        def respond(self, request):
-            if not any(m["role"] == "assistant" for m in request["messages"]):
-                return tool_use(request, "measure", {"n": 1})
-            return ClosedBook().respond(request)
+    def eager(conv):
+        if conv.assistant_turns == 0:
+            return call(conv, "measure", {"n": 1})
+        return closed_book(conv)
 
-    result = _cell(claims[CLAIM], Eager(), api, tmp_path)
+    result = _cell(claims[CLAIM], eager, api, tmp_path)
     events = validate_record(result.record)
     first = [e for e in events if e.kind == "tool_call"][0]
     assert (first.tool, first.status, first.phase) == ("measure", "denied", "extraction")
@@ -146,19 +146,14 @@ def test_chamber_tool_in_phase_one_is_denied_and_never_reaches_the_service(claim
 
 
 def test_chamber_refusal_is_a_tool_error_the_model_sees(claims, api, tmp_path):
-    class BadVariable:
-        def respond(self, request):
-            names = [t["name"] for t in request["tools"]]
-            done = [b for m in request["messages"] if m["role"] == "user" and isinstance(m["content"], list)
-                    for b in m["content"] if b.get("type") == "tool_result"]
-            if "measure" not in names:
-                return ClosedBook().respond(request)
-            if len(done) == 1:
-                return tool_use(request, "measure", {"n": 1, "variables": ["nonsense"]})
-            return tool_use(request, "submit_chamber_outcome", {"prediction": "inconclusive",
-                                                                "summary": "could not read"})
+    def bad_variable(conv):
+        if "measure" not in conv.offered:
+            return closed_book(conv)
+        if len(conv.results) == 1:
+            return call(conv, "measure", {"n": 1, "variables": ["nonsense"]})
+        return call(conv, "submit_chamber_outcome", {"prediction": "inconclusive", "summary": "could not read"})
 
-    result = _cell(claims[CLAIM], BadVariable(), api, tmp_path)
+    result = _cell(claims[CLAIM], bad_variable, api, tmp_path)
     calls = [e for e in validate_record(result.record) if e.kind == "tool_call"]
     refused = next(c for c in calls if c.tool == "measure")
     assert refused.status == "error" and refused.error_type == "unknown_variable"
@@ -173,7 +168,7 @@ def test_chamber_down_at_session_start_is_an_engine_error(claims, tmp_path):
     finally:
         wt.close()
     claim = claims[CLAIM]
-    with httpx.Client(base_url=url, timeout=2) as http, serve_scripted(ClosedBook()) as (murl, app):
+    with httpx.Client(base_url=url, timeout=2) as http, serve_scripted(closed_book, project_claim(claim)) as (murl, app):
         result = run_cell(claim, model=AnthropicClient("m", api_key="k", base_url=murl),
                           datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
                           clock=SteppingClock(), chamber=ChamberClient(http))

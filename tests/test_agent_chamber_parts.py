@@ -19,10 +19,11 @@ import pytest
 from agent.datasheet import DatasheetSession
 from agent.datasheet.normalise import fold
 from agent.loop import CellResult, run_cell
+from agent.models.scripted import ScriptedModel, policy_named
+from agent.reader_text import unit_factor
 from agent.record import validate_record
 from agent.scoring.fidelity import classify_needle, score_claim
 from agent.scoring.score import score_paths
-from agent.scripted import ScriptedClient, policy_named, unit_factor
 from conftest import shared_path
 from protocols.claim_sources import CHAMBER_PARTS_DIR, load_checked_claims
 from protocols.claims import load_claims
@@ -71,7 +72,7 @@ def parts_run(tmp_path_factory) -> PartsRun:
     out = tmp_path_factory.mktemp("parts-records")
     results, events = {}, {}
     for claim in CLAIMS.values():
-        result = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"),
+        result = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"),
                           datasheet=datasheets / claim.identity.filename, record_dir=out, clock=_clock(),
                           run_id=f"{claim.id}--reader")
         results[claim.id], events[claim.id] = result, validate_record(result.record)

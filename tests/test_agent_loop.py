@@ -15,17 +15,18 @@ import pytest
 from agent.loop import Budget, run_cell
 from agent.models.anthropic_client import AnthropicClient
 from agent.models.base import ModelClient
-from agent.record import validate_record
-from agent.scripted import (
-    ClosedBook,
+from agent.models.scripted import (
     HTTPFailure,
-    ScriptedClient,
     ScriptedHTTPError,
+    ScriptedModel,
     Sequence,
     StopWith,
+    call,
+    closed_book,
     policy_named,
-    tool_use,
 )
+from agent.prompt import project_claim
+from agent.record import validate_record
 from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.claims import load_claims
@@ -45,7 +46,7 @@ def _pdf(claim) -> Path:
 
 
 def _sdk_cell(policy, claim, tmp_path: Path, **kwargs: Any):
-    with serve_scripted(policy) as (url, app):
+    with serve_scripted(policy, project_claim(claim)) as (url, app):
         model = AnthropicClient("scripted-model", api_key="test-key", base_url=url)
         result = run_cell(claim, model=model, datasheet=_pdf(claim), record_dir=tmp_path,
                           clock=kwargs.pop("clock", SteppingClock()), **kwargs)
@@ -62,9 +63,10 @@ def test_reader_extracts_every_dps310_and_si115x_claim_through_the_sdk(claims, t
     cells = [c for c in claims.values() if c.component in ("DPS310", "Si115x")]
     assert cells, "no DPS310/Si115x claims loaded"
     wrong = []
-    with serve_scripted(policy_named("reader")) as (url, app):
+    with serve_scripted(policy_named("reader"), project_claim(cells[0])) as (url, app):
         model = AnthropicClient("scripted-reader", api_key="test-key", base_url=url)
         for claim in cells:
+            app.state.task = project_claim(claim)  # HTTP carries no claim: the server is told the cell's task
             result = run_cell(claim, model=model, datasheet=_pdf(claim), record_dir=tmp_path, clock=SteppingClock())
             events = validate_record(result.record)
             tools = {e.tool for e in _tool_calls(events)}
@@ -126,7 +128,7 @@ def test_each_stop_reason_is_an_engine_outcome(policy, outcome, claims, tmp_path
 
 
 def test_pause_turn_is_continued_with_the_assistant_content(claims, tmp_path):
-    policy = Sequence(StopWith("pause_turn", "searching..."), ClosedBook())
+    policy = Sequence(StopWith("pause_turn", "searching..."), closed_book)
     result, events, requests = _sdk_cell(policy, claims["dps310-meas-time-standard"], tmp_path)
     assert result.outcome == "submitted"
     assert requests[1]["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "searching..."}]}
@@ -150,13 +152,12 @@ def test_http_errors_are_retried_a_bounded_number_of_times(claims, tmp_path):
 def test_a_transient_429_is_retried_and_recorded(claims, tmp_path):
     calls = itertools.count()
 
-    class FlakyOnce:
-        def respond(self, request):
-            if next(calls) == 0:
-                raise ScriptedHTTPError(429, "slow down", "rate_limit_error")
-            return ClosedBook().respond(request)
+    def flaky_once(conv):
+        if next(calls) == 0:
+            raise ScriptedHTTPError(429, "slow down", "rate_limit_error")
+        return closed_book(conv)
 
-    result, events, _ = _sdk_cell(FlakyOnce(), claims["dps310-meas-time-standard"], tmp_path)
+    result, events, _ = _sdk_cell(flaky_once, claims["dps310-meas-time-standard"], tmp_path)
     turn = [e for e in events if e.kind == "model_turn"][0]
     assert result.outcome == "submitted" and turn.retries == 1 and "429" in turn.errors[0]
 
@@ -186,7 +187,7 @@ def test_max_turns(claims, tmp_path):
 
 
 def test_unreachable_model_server_is_an_engine_error(claims, tmp_path):
-    with serve_scripted(ClosedBook()) as (url, _):
+    with serve_scripted(closed_book, project_claim(claims["dps310-meas-time-standard"])) as (url, _):
         pass  # the server is stopped: nothing listens on this port any more
     model = AnthropicClient("m", api_key="k", base_url=url)
     result = run_cell(claims["dps310-meas-time-standard"], model=model, datasheet=_pdf(claims["dps310-meas-time-standard"]),
@@ -196,14 +197,12 @@ def test_unreachable_model_server_is_an_engine_error(claims, tmp_path):
 
 
 def test_a_tool_not_offered_in_this_phase_is_denied(claims, tmp_path):
-    class WrongPhase:
-        def respond(self, request):
-            n = sum(1 for m in request["messages"] if m["role"] == "assistant")
-            if n == 0:
-                return tool_use(request, "read_sensor", {"variable": "pressure_upwind"})
-            return ClosedBook().respond(request)
+    def wrong_phase(conv):
+        if conv.assistant_turns == 0:
+            return call(conv, "read_sensor", {"variable": "pressure_upwind"})
+        return closed_book(conv)
 
-    result, events, requests = _sdk_cell(WrongPhase(), claims["dps310-meas-time-standard"], tmp_path)
+    result, events, requests = _sdk_cell(wrong_phase, claims["dps310-meas-time-standard"], tmp_path)
     denied = _tool_calls(events)[0]
     assert denied.status == "denied" and denied.phase == "extraction" and denied.tool == "read_sensor"
     assert result.outcome == "submitted"
@@ -212,14 +211,12 @@ def test_a_tool_not_offered_in_this_phase_is_denied(claims, tmp_path):
 
 
 def test_invalid_submission_is_an_error_the_model_can_fix(claims, tmp_path):
-    class BadThenGood:
-        def respond(self, request):
-            n = sum(1 for m in request["messages"] if m["role"] == "assistant")
-            if n == 0:
-                return tool_use(request, "submit_extraction", {"unit": "ms", "page": 9, "quote": "x"})
-            return ClosedBook().respond(request)
+    def bad_then_good(conv):
+        if conv.assistant_turns == 0:
+            return call(conv, "submit_extraction", {"unit": "ms", "page": 9, "quote": "x"})
+        return closed_book(conv)
 
-    result, events, _ = _sdk_cell(BadThenGood(), claims["dps310-meas-time-standard"], tmp_path)
+    result, events, _ = _sdk_cell(bad_then_good, claims["dps310-meas-time-standard"], tmp_path)
     calls = _tool_calls(events)
     assert [c.status for c in calls] == ["error", "ok"] and calls[0].error_type == "ValidationError"
     assert result.outcome == "submitted"
@@ -253,7 +250,7 @@ def test_record_run_start_and_turns_carry_what_was_sent(claims, tmp_path):
 def test_in_process_scripted_client_matches_the_sdk_path(claims, tmp_path):
     claim = claims["dps310-pressure-rate-range"]
     sdk, _, _ = _sdk_cell(policy_named("reader"), claim, tmp_path / "sdk")
-    local = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"), datasheet=_pdf(claim),
+    local = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"), datasheet=_pdf(claim),
                      record_dir=tmp_path / "local", clock=SteppingClock())
     validate_record(local.record)
     assert local.extraction == sdk.extraction and local.extraction_sha256 == sdk.extraction_sha256

@@ -1,4 +1,4 @@
-"""The scripted reader on every packaged claim: the real loop (run_cell + in-process ScriptedClient) on the real
+"""The scripted reader on every packaged claim: the real loop (run_cell + in-process ScriptedModel) on the real
 PDFs. The reader sees only the claim's projection and the tool outputs; the expected values are compared here,
 never inside the agent. The records are then scored offline: every reader cell passes fidelity, the detector
 raises nothing, and each quotation is located whole by the datasheet's own search.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,13 @@ from agent.datasheet.normalise import fold
 from agent.loop import CellResult, run_cell
 from agent.record import validate_record
 from agent.scoring.score import score_paths
-from agent.scripted import (
-    ScriptedClient,
-    _cell_value,
-    _columns,
-    _Table,
-    markdown_tables,
-    policy_named,
-    quote_window,
-    search_phrases,
-    table_readings,
-)
+from agent.models.base import ModelRequest
+from agent.models.scripted import NoTask, ScriptedModel, policy_named
+from agent.prompt import ClaimView
+from agent.reader import _columns, quote_window, search_phrases, table_readings
+from agent.reader import Table as _Table
+from agent.reader_text import cell_value as _cell_value
+from agent.reader_text import markdown_tables
 from conftest import shared_path
 from protocols.claims import load_claims
 from support import SteppingClock, reads_the_claim
@@ -54,7 +50,7 @@ def reader_run(tmp_path_factory) -> ReaderRun:
     out = tmp_path_factory.mktemp("reader-records")
     results, events = {}, {}
     for claim in claims.values():
-        model = ScriptedClient(policy_named("reader"), "scripted:reader")
+        model = ScriptedModel(policy_named("reader"), "scripted:reader")
         result = run_cell(claim, model=model, datasheet=datasheets / claim.identity.filename, record_dir=out,
                           clock=SteppingClock(), run_id=f"{claim.id}--reader")
         results[claim.id] = result
@@ -141,7 +137,7 @@ def test_reader_ends_its_turn_when_the_document_does_not_print_the_parameter(tmp
     claims = load_claims()
     claim = claims["a4988-blank-time"].model_copy(update={"parameter": "Flux capacitor charging interval"})
     datasheet = shared_path("datasheets", claim.identity.filename)
-    result = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"), datasheet=datasheet,
+    result = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"), datasheet=datasheet,
                       record_dir=tmp_path, clock=SteppingClock())
     events = validate_record(result.record)
     assert result.outcome == "end_turn_without_submit" and result.extraction is None
@@ -240,3 +236,36 @@ def test_rows_printing_one_symbol_are_one_parameter_and_its_min_max_are_the_rang
     assert (best.low, best.high, best.value) == (-1.0, 1.0, None) and "8-bit" in best.row_cells
     dnl = [r for r in readings if "DNL" in r.row_cells]  # the next parameter, absorbed by its repeated first cell
     assert all(r.score < best.score for r in dnl)
+
+
+# --------------------------------------------------------------------------------------------- task as data
+def test_the_reader_works_from_the_claim_projection_not_the_prompt_text(monkeypatch, tmp_path):
+    """Prompts reworded to name neither the parameter nor the unit: the reader still submits the right figure,
+    because its task is the claim projection the loop passes as data (ModelRequest.task), not the prompt's text."""
+    import agent.loop
+
+    monkeypatch.setattr(agent.loop, "system_prompt", lambda: "Read the open document with the tools you have.")
+    monkeypatch.setattr(agent.loop, "first_user_message", lambda view: "Find the specification and submit it.")
+    claims = load_claims()
+    for cid in ("dps310-pressure-precision-high", "a4988-blank-time", "si115x-supply-voltage-vdd"):
+        claim = claims[cid]
+        result = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"),
+                          datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
+                          clock=SteppingClock())
+        start = validate_record(result.record)[0]
+        assert start.first_user_message == "Find the specification and submit it.", cid
+        assert claim.parameter not in start.system_prompt + start.first_user_message, cid
+        assert result.outcome == "submitted" and reads_the_claim(claim, result.extraction), (cid, result.extraction)
+
+
+def test_a_scripted_model_without_a_task_refuses_naming_what_it_expected():
+    request = ModelRequest(system="- parameter: Operating range\n- unit: hPa", messages=[], tools=[])
+    with pytest.raises(NoTask, match=r"expected the claim projection \(ModelRequest.task or the constructor"):
+        ScriptedModel(policy_named("closed-book"), "scripted:closed-book").complete(request)
+    view = ClaimView("c", "DPS310", "Operating range", "hPa", ())
+    turn = ScriptedModel(policy_named("closed-book"), "scripted:closed-book", task=view).complete(request)
+    (submit,) = turn.message.tool_calls
+    assert submit.arguments["unit"] == "hPa" and "Operating range" in submit.arguments["quote"]
+    other = ClaimView("d", "A4988", "Blank time", "µs", ())
+    turn = ScriptedModel(policy_named("closed-book"), "m", task=view).complete(replace(request, task=other))
+    assert turn.message.tool_calls[0].arguments["unit"] == "µs"  # the loop's task for this cell wins

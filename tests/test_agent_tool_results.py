@@ -17,8 +17,8 @@ import pytest
 import chamber
 from agent.chamber_client import ChamberClient, ChamberError, tool_call_answer
 from agent.loop import datasheet_local_tools, run_cell
+from agent.models.scripted import ScriptedModel, call, closed_book
 from agent.record import validate_record
-from agent.scripted import ClosedBook, ScriptedClient, tool_use
 from agent.tool import NotRunHere, Tool, ToolResult
 from conftest import shared_path
 from protocols.api import running_api
@@ -39,11 +39,10 @@ class Calls:
     def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
         self.calls = calls
 
-    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
-        n = sum(1 for m in request["messages"] if m["role"] == "assistant")
-        if n < len(self.calls):
-            return tool_use(request, *self.calls[n])
-        return ClosedBook().respond(request)
+    def __call__(self, conv):
+        if conv.assistant_turns < len(self.calls):
+            return call(conv, *self.calls[conv.assistant_turns])
+        return closed_book(conv)
 
 
 def _tool_calls(record) -> dict[str, Any]:
@@ -55,7 +54,7 @@ def test_a_datasheet_tool_error_reaches_the_record_as_its_exception_class(claims
     pdf = shared_path("datasheets", claim.identity.filename)
     policy = Calls(("inspect_page", {"page": 999}), ("extract_table_markdown", {"page": "two"}),
                    ("search_text", {"query": "relative accuracy"}))
-    result = run_cell(claim, model=ScriptedClient(policy, "scripted:calls"), datasheet=pdf, record_dir=tmp_path,
+    result = run_cell(claim, model=ScriptedModel(policy, "scripted:calls"), datasheet=pdf, record_dir=tmp_path,
                       clock=SteppingClock())
     calls = _tool_calls(result.record)
     page, arg, search = calls["inspect_page"], calls["extract_table_markdown"], calls["search_text"]
@@ -70,7 +69,7 @@ def test_the_record_takes_error_type_from_the_field_not_from_the_text(claims, tm
     schema = {"type": "object", "properties": {}}
     tools = [Tool("lookup", "Look a figure up.", schema, lambda a: ToolResult("see: page 3 has it", True, "NoMatch")),
              Tool("note", "Read a note.", schema, lambda a: ToolResult("Note: values are typical"))]
-    result = run_cell(claims[CLAIM], model=ScriptedClient(Calls(("lookup", {}), ("note", {})), "scripted:calls"),
+    result = run_cell(claims[CLAIM], model=ScriptedModel(Calls(("lookup", {}), ("note", {})), "scripted:calls"),
                       datasheet=tmp_path / "absent.pdf", record_dir=tmp_path, clock=SteppingClock(), tools=tools,
                       surface_version="test/1")
     calls = _tool_calls(result.record)
@@ -83,7 +82,7 @@ def test_a_handler_that_raises_is_recorded_under_the_exception_class(claims, tmp
         raise KeyError("page")
 
     tools = [Tool("lookup", "Look a figure up.", {"type": "object"}, broken)]
-    result = run_cell(claims[CLAIM], model=ScriptedClient(Calls(("lookup", {})), "scripted:calls"),
+    result = run_cell(claims[CLAIM], model=ScriptedModel(Calls(("lookup", {})), "scripted:calls"),
                       datasheet=tmp_path / "absent.pdf", record_dir=tmp_path, clock=SteppingClock(), tools=tools)
     call = _tool_calls(result.record)["lookup"]
     assert (call.status, call.error_type, call.output_text) == ("error", "KeyError", "KeyError: 'page'")
@@ -92,7 +91,7 @@ def test_a_handler_that_raises_is_recorded_under_the_exception_class(claims, tmp
 def test_a_phase_one_tool_without_a_handler_is_refused_before_any_record(claims, tmp_path):
     tools = [Tool("measure", "Measure.", {"type": "object"})]
     with pytest.raises(ValueError, match=r"expected a handler on every tool, \['measure'\] have none"):
-        run_cell(claims[CLAIM], model=ScriptedClient(ClosedBook(), "scripted:closed-book"),
+        run_cell(claims[CLAIM], model=ScriptedModel(closed_book, "scripted:closed-book"),
                  datasheet=tmp_path / "absent.pdf", record_dir=tmp_path / "cells", clock=SteppingClock(), tools=tools)
     assert not (tmp_path / "cells").exists()
     with pytest.raises(NotRunHere, match="'measure' has no handler in process"):
@@ -105,19 +104,15 @@ def test_a_result_cannot_name_an_error_type_without_being_an_error():
 
 
 # --------------------------------------------------------------------------------------------- the chamber side
-class Refused:
+def refused(conv):
     """Phase one: closed-book. Phase two: a SET out of range and an unknown variable, then the outcome."""
-
-    def respond(self, request: dict[str, Any]) -> dict[str, Any]:
-        if "stage_conditions" not in [t["name"] for t in request["tools"]]:
-            return ClosedBook().respond(request)
-        results = [b for m in request["messages"] if m["role"] == "user" and isinstance(m["content"], list)
-                   for b in m["content"] if b.get("type") == "tool_result"]
-        if len(results) == 1:
-            return tool_use(request, "stage_conditions", {"settings": {"hatch": 400}})
-        if len(results) == 2:
-            return tool_use(request, "measure", {"n": 1, "variables": ["nonsense"]})
-        return tool_use(request, "submit_chamber_outcome", {"prediction": "inconclusive", "summary": "refused"})
+    if "stage_conditions" not in conv.offered:
+        return closed_book(conv)
+    if len(conv.results) == 1:
+        return call(conv, "stage_conditions", {"settings": {"hatch": 400}})
+    if len(conv.results) == 2:
+        return call(conv, "measure", {"n": 1, "variables": ["nonsense"]})
+    return call(conv, "submit_chamber_outcome", {"prediction": "inconclusive", "summary": "refused"})
 
 
 def test_a_chamber_api_refusal_reaches_the_record_as_the_api_error_code(claims, tmp_path):
@@ -126,7 +121,7 @@ def test_a_chamber_api_refusal_reaches_the_record_as_the_api_error_code(claims, 
         with running_api({"wt": wt}, record_dir=tmp_path / "api", claims=claims) as url, \
                 httpx.Client(base_url=url, timeout=30) as http:
             claim = claims[CLAIM]
-            result = run_cell(claim, model=ScriptedClient(Refused(), "scripted:refused"),
+            result = run_cell(claim, model=ScriptedModel(refused, "scripted:refused"),
                               datasheet=shared_path("datasheets", claim.identity.filename),
                               record_dir=tmp_path / "cells", clock=SteppingClock(), chamber=ChamberClient(http))
     finally:

@@ -14,8 +14,9 @@ import chamber
 from agent.chamber_client import TOKEN_ENV, ChamberAuthError, ChamberClient, chamber_token
 from agent.loop import run_cell
 from agent.models.anthropic_client import AnthropicClient
+from agent.models.scripted import closed_book
+from agent.prompt import project_claim
 from agent.record import validate_record
-from agent.scripted import ClosedBook
 from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.api import running_api
@@ -62,7 +63,7 @@ def test_a_401_says_whether_the_token_was_missing_or_refused(url: str, token: st
 
 def test_a_cell_without_the_token_is_an_engine_error_naming_it(url: str, claims, tmp_path: Path):
     claim = claims[CLAIM]
-    with httpx.Client(base_url=url, timeout=30) as http, serve_scripted(ClosedBook()) as (murl, app):
+    with httpx.Client(base_url=url, timeout=30) as http, serve_scripted(closed_book, project_claim(claim)) as (murl, app):
         result = run_cell(claim, model=AnthropicClient("m", api_key="k", base_url=murl),
                           datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
                           clock=SteppingClock(), chamber=ChamberClient(http))

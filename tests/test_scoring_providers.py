@@ -17,14 +17,16 @@ import pytest
 
 from agent.inspect_log import records_to_eval_logs
 from agent.loop import Budget, run_cell
-from agent.models.anthropic_client import AnthropicClient
+from agent.models.anthropic_client import AnthropicClient, anthropic_usage
+from agent.models.base import ToolCallBlock
 from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
+from agent.models.scripted import Reply as ScriptedReply
+from agent.models.scripted import ScriptedModel
 from agent.otlp import record_to_otlp
 from agent.record import read_record, validate_record
 from agent.scoring.pricing import Price, PriceTable
 from agent.scoring.score import score_paths
 from agent.tool import Tool, ToolResult
-from agent.scripted import ScriptedClient
 from conformance_server import Reply, replay
 from support import SteppingClock
 from test_agent_conformance import anthropic_reply, chat_reply, responses_reply
@@ -128,13 +130,12 @@ def _litellm_replies():
     return replies, expected
 
 
-class _ScriptedTwoTurns:
-    """The offline model: the same two turns, its usage stated in its Messages-shaped replies."""
-
-    def respond(self, request):
-        done = sum(1 for m in request["messages"] if m["role"] == "assistant")
-        replies, _ = _anthropic_replies()
-        return replies[min(done, 1)]
+def _scripted_two_turns(conv):
+    """The offline model: the same two turns, stating the usage the Messages replies report."""
+    replies, _ = _anthropic_replies()
+    reply = replies[min(conv.assistant_turns, 1)]
+    calls = tuple(ToolCallBlock(b["id"], b["name"], b["input"]) for b in reply["content"])
+    return ScriptedReply(calls, "tool_use", usage=anthropic_usage(reply["usage"]))
 
 
 PROVIDERS = {
@@ -168,7 +169,7 @@ def _run(model, claim, tmp_path):
 def test_a_record_re_scores_offline_with_the_numbers_the_provider_reported(provider, claim, tmp_path):
     if provider == "scripted":
         _, expected = _anthropic_replies()
-        result = _run(ScriptedClient(_ScriptedTwoTurns(), model="model-under-test"), claim, tmp_path)
+        result = _run(ScriptedModel(_scripted_two_turns, model="model-under-test"), claim, tmp_path)
     else:
         make, replies_of = PROVIDERS[provider]
         replies, expected = replies_of()

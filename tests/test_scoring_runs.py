@@ -1,4 +1,4 @@
-"""Scripted policies through the real loop (run_cell + ScriptedClient) on the real PDFs, scored offline: each
+"""Scripted policies through the real loop (run_cell + ScriptedModel) on the real PDFs, scored offline: each
 misbehaving policy yields exactly its expected flag and the reader none; the arms change what the record shows;
 the matrix resumes; the report renders; the CLI speaks JSON."""
 
@@ -13,12 +13,12 @@ import pytest
 import bench_cli
 from agent.loop import run_cell
 from agent.models.base import ModelClient
+from agent.models.scripted import ScriptedModel, policy_named
 from agent.record import validate_record
 from agent.scoring.arms import ArmError, arm_setup
 from agent.scoring.matrix import plan, run_matrix
 from agent.scoring.report import write_report
 from agent.scoring.score import score_paths
-from agent.scripted import ScriptedClient, policy_named
 from conftest import shared_path
 from protocols.claims import load_claims
 
@@ -44,7 +44,7 @@ def datasheets():
 
 def _cell(policy: str, claim, datasheets: Path, out: Path, arm: str = "normal", run_id: str | None = None):
     setup = arm_setup(arm, datasheets / claim.identity.filename, decoy_pdf=datasheets / "A4988.pdf")
-    model = setup.model(ScriptedClient(policy_named(policy), model=f"scripted:{policy}"))
+    model = setup.model(ScriptedModel(policy_named(policy), model=f"scripted:{policy}"))
     result = run_cell(claim, model=model, datasheet=datasheets / claim.identity.filename, record_dir=out,
                       clock=clock(), tools=setup.tools, surface_version=setup.surface_version,
                       run_id=run_id or f"{claim.id}--{policy}--{arm}")
@@ -102,19 +102,18 @@ def test_arms_change_the_offered_surface_and_the_outputs(claims, datasheets, tmp
 def test_single_pass_puts_the_document_in_the_request(claims, datasheets, tmp_path):
     seen = []
 
-    class Spy:
-        def respond(self, request):
-            seen.append(request)
-            return policy_named("closed-book").respond(request)
+    def spy(conv):
+        seen.append(conv.request)
+        return policy_named("closed-book")(conv)
 
     claim = claims[CLAIM]
     setup = arm_setup("single-pass", datasheets / claim.identity.filename)
-    model = setup.model(ScriptedClient(Spy(), model="spy"))
+    model = setup.model(ScriptedModel(spy, model="spy"))
     run_cell(claim, model=model, datasheet=datasheets / claim.identity.filename, record_dir=tmp_path, clock=clock(),
              tools=setup.tools, surface_version=setup.surface_version)
-    first = json.dumps(seen[0]["messages"][0])
+    first = seen[0].messages[0].text
     assert "Primary Conductor Resistance" in first or "ACS70331" in first
-    assert [t["name"] for t in seen[0]["tools"]] == ["submit_extraction"]
+    assert [t.name for t in seen[0].tools] == ["submit_extraction"]
 
 
 def test_matrix_resumes_and_report_renders(claims, datasheets, tmp_path):
@@ -167,7 +166,7 @@ class _Flaky(ModelClient):
 
     def __init__(self, broken: list[bool]) -> None:
         self.broken = broken
-        self.inner = ScriptedClient(policy_named("closed-book"), model="scripted:closed-book")
+        self.inner = ScriptedModel(policy_named("closed-book"), model="scripted:closed-book")
 
     def complete(self, request):
         from agent.models.base import ModelError
@@ -221,7 +220,7 @@ def test_cells_sharing_one_reading_of_a_datasheet_record_what_a_fresh_reading_gi
     records = []
     for label, setup_cache in (("fresh", None), ("first", cache), ("shared", cache)):
         setup = arm_setup("normal", pdf, cache=setup_cache)
-        result = run_cell(claim, model=ScriptedClient(policy_named("reader"), "scripted:reader"), datasheet=pdf,
+        result = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"), datasheet=pdf,
                           record_dir=tmp_path / label, clock=clock(), run_id="cell", tools=setup.tools,
                           surface_version=setup.surface_version)
         assert result.outcome == "submitted"

@@ -16,9 +16,10 @@ from agent.loop import run_cell
 from agent.models import client_for
 from agent.models.base import ImageBlock, Message, TextBlock
 from agent.models.openai_http import to_chat_messages, to_responses_input
+from agent.models.scripted import ScriptedModel, policy_named
+from agent.prompt import project_claim
 from agent.record import validate_record
 from agent.scoring.arms import arm_setup
-from agent.scripted import ScriptedClient, policy_named
 from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.claims import get_claim
@@ -30,7 +31,7 @@ CLAIM = "acs70331-bandwidth"
 def test_a_pdf_reading_backend_receives_the_pdf_itself_over_the_real_sdk(tmp_path):
     claim = get_claim(CLAIM)
     pdf = shared_path("datasheets", claim.identity.filename)
-    with serve_scripted(policy_named("closed-book")) as (url, app):
+    with serve_scripted(policy_named("closed-book"), project_claim(claim)) as (url, app):
         model = client_for("claude-test", {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": url})
         setup = arm_setup("single-pass", pdf)
         result = run_cell(claim, model=setup.model(model), datasheet=pdf, record_dir=tmp_path, clock=SteppingClock(),
@@ -49,20 +50,19 @@ def test_a_backend_without_pdf_input_receives_every_page_as_an_image(tmp_path):
     pdf = shared_path("datasheets", claim.identity.filename)
     seen = []
 
-    class Spy:
-        def respond(self, request):
-            seen.append(request)
-            return policy_named("closed-book").respond(request)
+    def spy(conv):
+        seen.append(conv.request)
+        return policy_named("closed-book")(conv)
 
     setup = arm_setup("single-pass", pdf)
-    run_cell(claim, model=setup.model(ScriptedClient(Spy(), model="spy")), datasheet=pdf, record_dir=tmp_path,
+    run_cell(claim, model=setup.model(ScriptedModel(spy, model="spy")), datasheet=pdf, record_dir=tmp_path,
              clock=SteppingClock(), tools=setup.tools, surface_version=setup.surface_version)
-    first = seen[0]["messages"][0]["content"]
-    images = [b for b in first if b["type"] == "image"]
+    first = seen[0].messages[0].blocks
+    images = [b for b in first if isinstance(b, ImageBlock)]
     with pymupdf.open(pdf) as doc:
         assert len(images) == doc.page_count
-    assert base64.b64decode(images[0]["source"]["data"])[:8] == b"\x89PNG\r\n\x1a\n"
-    assert any(b["type"] == "text" and "whole text layer" in b["text"] for b in first)
+    assert images[0].mime == "image/png" and base64.b64decode(images[0].data)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any(isinstance(b, TextBlock) and "whole text layer" in b.text for b in first)
 
 
 def test_openai_wire_formats_carry_images_and_documents():

@@ -124,11 +124,11 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
     kind, model, base_url = parse_model_spec(base)
     options = {**spec_options, **dict(options or {})}
     if kind == "scripted":
-        from agent.scripted import ScriptedClient, policy_named
+        from agent.models.scripted import ScriptedModel, policy_named
 
         if options:
             raise ModelSpecError(f"scripted models take no model options, got {sorted(options)}")
-        return ScriptedClient(policy_named(model), model=f"scripted:{model}")
+        return ScriptedModel(policy_named(model), model=f"scripted:{model}")
     _refuse(kind, options)
     if kind == "anthropic":
         from agent.models.anthropic_client import AnthropicClient
