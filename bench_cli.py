@@ -1302,7 +1302,7 @@ def check_input_files(args: Args) -> None:
     for option, path in files:
         if not path.is_file():
             raise CliError(f"{option} {path}: " + ("expected a file, got a folder" if path.is_dir() else
-                                                   "no such file"))
+                                                   "file not found"))
         try:  # the first MiB: enough to tell text from binary without reading a long recording twice
             with path.open("rb") as fh:
                 codecs.getincrementaldecoder("utf-8")().decode(fh.read(1 << 20), final=False)

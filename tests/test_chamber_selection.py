@@ -24,13 +24,16 @@ def test_two_boards_announcing_the_same_chamber_are_refused_and_the_first_is_lef
 
 
 def test_params_are_read_as_yaml_or_json_and_must_be_a_mapping(tmp_path: Path):
-    (tmp_path / "p.yaml").write_text("barometer_noise_pa: {8: 0.5}\n")
-    (tmp_path / "p.json").write_text(json.dumps({"barometer_noise_pa": {"8": 0.5}}))
+    (tmp_path / "p.yaml").write_text("wind_tunnel: {rpm_noise_rpm: 4.0}\n")
+    (tmp_path / "p.json").write_text(json.dumps({"wind_tunnel": {"rpm_noise_rpm": 4.5}}))
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
-    assert read_params(tmp_path / "p.yaml") == {"barometer_noise_pa": {8: 0.5}}
-    assert read_params(tmp_path / "p.json") == {"barometer_noise_pa": {"8": 0.5}}
+    (tmp_path / "field.yaml").write_text("barometer_noise_pa: {8: 0.5}\n")  # belongs under wind_tunnel
+    assert read_params(tmp_path / "p.yaml") == {"wind_tunnel": {"rpm_noise_rpm": 4.0}}
+    assert read_params(tmp_path / "p.json") == {"wind_tunnel": {"rpm_noise_rpm": 4.5}}
     with pytest.raises(SelectionError, match="list.yaml: expected a mapping of simulator parameters, got list"):
         read_params(tmp_path / "list.yaml")
+    with pytest.raises(SelectionError, match=r"field.yaml: field 'barometer_noise_pa': Extra inputs are not permitted$"):
+        read_params(tmp_path / "field.yaml")  # checked when read, naming the file (not at the first row)
 
 
 def test_contradictory_selections_are_refused_in_one_line():

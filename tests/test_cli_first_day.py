@@ -124,7 +124,7 @@ def test_file_errors_name_the_option_the_file_and_the_field(capsys, tmp_path):
     r = run_cli(capsys, "check", "--all", "--backend", "sim", "--claims", str(claims))
     assert r.code == 2 and f"--claims {claims}: expected UTF-8 text" in r.err
     r = run_cli(capsys, "check", "--all", "--backend", "sim", "--limits", str(tmp_path / "none.yaml"))
-    assert r.code == 2 and f"--limits {tmp_path / 'none.yaml'}: no such file" in r.err
+    assert r.code == 2 and f"--limits {tmp_path / 'none.yaml'}: file not found" in r.err
 
 
 def test_sim_fit_base_is_read_by_the_one_params_loader(capsys, tmp_path):
