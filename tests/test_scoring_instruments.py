@@ -23,14 +23,16 @@ from support import SteppingClock
 # --------------------------------------------------------------------------------------------- record builder
 def write_record(tmp: Path, run_id: str, calls: list[tuple[str, str, str]], *, extraction: dict[str, Any] | None,
                  outcome: str = "submitted", claim_id: str = "acs70331-bandwidth", arm: str = "normal",
-                 chamber_calls: list[str] = ()) -> Path:
-    """A record with one model turn per call: calls are (tool, status, output text)."""
+                 chamber_calls: list[str] = (), repeat: int | None = None) -> Path:
+    """A record with one model turn per call: calls are (tool, status, output text); `repeat` places it in a plan
+    (schema 3's typed cell_id/arm/repeat on run_start)."""
     clock = SteppingClock(1_800_000_000.0, step=0.5)
     with RecordWriter(tmp, run_id, clock) as w:
         w.write(RunStart, claim_id=claim_id, model="hand-built", provider="test", transport="none",
                 system_prompt="s", first_user_message="u",
                 tool_surface=ToolSurface(name="t", version=f"1+arm={arm}", sha256="0" * 64, tools=[]),
-                datasheet={"path": "/nonexistent.pdf"}, config={})
+                datasheet={"path": "/nonexistent.pdf"}, config={}, cell_id=run_id,
+                arm=arm if repeat is not None else None, repeat=repeat)
         turn = 0
         for tool, status, text in calls:
             turn += 1
@@ -247,9 +249,10 @@ def test_price_table_cost_and_bad_tables(tmp_path):
 
 
 def test_score_paths_over_a_folder_of_records_with_prices(tmp_path):
-    write_record(tmp_path / "cells", "x--hand-built--normal--r1", [("search_text", "ok", "x")], extraction=GOOD)
+    write_record(tmp_path / "cells", "x--hand-built--normal--r1", [("search_text", "ok", "x")], extraction=GOOD,
+                 repeat=1)
     write_record(tmp_path / "cells", "x--hand-built--normal--r2", [("build_datasheet", "ok", "x")],
-                 extraction={**GOOD, "value": 1.7, "quote": "Bandwidth 1.7 MHz"})
+                 extraction={**GOOD, "value": 1.7, "quote": "Bandwidth 1.7 MHz"}, repeat=2)
     prices = tmp_path / "p.json"
     prices.write_text('{"hand-built": {"input_per_mtok": 1, "output_per_mtok": 2}}')
     out = score_paths([tmp_path], ground=False, prices=load_price_table(prices))
@@ -260,3 +263,13 @@ def test_score_paths_over_a_folder_of_records_with_prices(tmp_path):
     stab = out["summary"]["stability"]["hand-built|normal"]
     assert stab == {"claims": 1, "stable": 0, "flipped": ["acs70331-bandwidth"], "repeats": 2}
     assert out["summary"]["flagged"]["count"] == 0 and out["summary"]["flagged"]["n"] == 1
+
+
+def test_a_retired_attempt_is_not_scored_beside_the_cell_that_replaced_it(tmp_path):
+    # A matrix resume moves an engine_error attempt to retired/ and runs the cell again: one cell, scored once.
+    write_record(tmp_path / "cells", "x--hand-built--normal--r1", [("search_text", "ok", "x")], extraction=GOOD,
+                 repeat=1)
+    write_record(tmp_path / "retired", "x--hand-built--normal--r1.1", [], extraction=None, outcome="engine_error",
+                 repeat=1)
+    out = score_paths([tmp_path], ground=False)
+    assert [r["run_id"] for r in out["cells"]] == ["x--hand-built--normal--r1"]

@@ -47,6 +47,8 @@ class _Inputs:
 
 
 def _collect(paths: Iterable[Path]) -> _Inputs:
+    from agent.cell_runner import RETIRED_DIR  # cell_runner scores through this module: imported late
+
     inp = _Inputs([], [], [], {})
     for p in map(Path, paths):
         if p.is_file():
@@ -70,6 +72,8 @@ def _collect(paths: Iterable[Path]) -> _Inputs:
         for f in sorted(p.rglob("*.jsonl")):
             if ".blobs" in f.parent.name or f.name == archive_mod.CELLS:
                 continue
+            if RETIRED_DIR in f.relative_to(p).parts[:-1]:  # an engine_error attempt a resume ran again: kept for
+                continue                                    # audit, never scored beside the attempt that replaced it
             if is_record_file(f):
                 inp.records.append(f)
                 found = True
