@@ -3,7 +3,7 @@
 Folding and the SI prefixes are protocols/text.py's and protocols/units.py's (re-exported here as `fold` and
 `SI_PREFIX`, the float view of the one exact table).
 
-Why a module of its own: the reader's table heuristics (agent/scripted.py) and its specification-sheet heuristics
+Why a module of its own: the reader's table heuristics (agent/reader.py) and its specification-sheet heuristics
 (agent/reader_sheets.py) read the same printed text the same way; both import these, so each rule is written once
 and neither module imports the other's internals.
 """

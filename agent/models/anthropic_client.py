@@ -1,7 +1,8 @@
 """Anthropic Messages through the official SDK, plus the pure translations to and from its wire format.
 
-Why the translations are separate functions: the scripted policies and the local test server speak the same
-wire format, so the in-process scripted client and the real SDK path share one translation and cannot drift.
+Why the translations are separate functions: the local test server (agent/testserver.py) reads and writes the same
+wire format when it answers the SDK with the scripted policies, so the server and the real SDK path share one
+translation and cannot drift. The in-process scripted model (agent/models/scripted.py) speaks no wire format.
 The SDK's own retries are switched off (max_retries=0) so that every retry is the loop's, and recorded.
 """
 
