@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from calibration.budget import UncertaintyBudget, UncertaintyComponent, type_a, type_a_from_stats
+from firmware_bridge.variables import OSR_LEVELS
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ BAROMETER_OSR: dict[str, str] = {
     "pressure_intake": "osr_intake",
 }
 
-ALLOWED_OSR = (1, 2, 4, 8)
+ALLOWED_OSR = OSR_LEVELS
 DEFAULT_SETTLE_ROWS = 20
 """Rows discarded after the SETs: fans spin down and the pressure field relaxes (≈ a few seconds of rows)."""
 

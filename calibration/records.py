@@ -18,6 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from calibration.cross_sensor import BAROMETERS, CrossSensorCalibration
 from firmware_bridge.model_file import ModelFileError, describe_validation, load_model_file
+from firmware_bridge.variables import OSR_LEVELS
 
 RECORD_SCHEMA = "chamberlab.calibration/1"
 
@@ -39,7 +40,7 @@ class CrossSensorParameters(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     unit: str = "Pa"
-    osr: Literal[1, 2, 4, 8]
+    osr: Literal[OSR_LEVELS]  # type: ignore[valid-type]  # a tuple inside Literal[] stands for its members
     n: int = Field(ge=2, description="rows per barometer after settling")
     settle_rows: int = Field(ge=0)
     offsets: dict[str, float] = Field(description="unit mean − four-sensor mean; subtract to correct")

@@ -14,8 +14,10 @@ from firmware_bridge.segments import CRC_LEN, HEADER_LEN
 
 START = 0x00
 END = 0x04
-HOST_PACKET_LIMIT = 64
-"""The board's input buffer: a host→board packet, framing included, may not exceed this many bytes."""
+BOARD_INPUT_BUFFER = 64
+"""The firmware's receive_packet() input_buffer: characters between START and END (one more is lost)."""
+HOST_PACKET_LIMIT = BOARD_INPUT_BUFFER
+"""What the host sends at most in one host→board packet, framing included (so two bytes inside the buffer)."""
 
 _START_B = b"\x00"
 _END_B = b"\x04"

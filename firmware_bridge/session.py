@@ -16,7 +16,7 @@ import numpy as np
 import serial
 
 from firmware_bridge.errors import BoardRebooted, FrameRejected, LinkLost, ProtocolError
-from firmware_bridge.link import Delivery, Link, ReplyTimeout
+from firmware_bridge.link import RESEND_AFTER_S, Delivery, Link, ReplyTimeout
 from firmware_bridge.messages import (
     CHAMBER_CONFIG,
     OK_DONE,
@@ -66,7 +66,7 @@ class BoardPace:
     stall_s: float
 
 
-BOARD_PACE = {"wt": BoardPace(resend_s=0.3, stall_s=3.0), "lt": BoardPace(resend_s=0.1, stall_s=12.0)}
+BOARD_PACE = {"wt": BoardPace(resend_s=0.3, stall_s=3.0), "lt": BoardPace(resend_s=RESEND_AFTER_S, stall_s=12.0)}
 UNKNOWN_PACE = BoardPace(resend_s=0.3, stall_s=12.0)
 """Before the announcement says which chamber this is (and for a board we do not know): the slower of both."""
 

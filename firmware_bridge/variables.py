@@ -81,7 +81,10 @@ def _fmt(value: float | None) -> str:
     return f"{value:g}"
 
 
-OSR = (1.0, 2.0, 4.0, 8.0)
+OSR_LEVELS = (1, 2, 4, 8)
+"""The oversampling rates the firmware accepts for every osr_* variable (the one copy: the simulator's noise
+table, the calibration record, the cross-sensor calibration and the precision protocol import it)."""
+OSR = tuple(float(o) for o in OSR_LEVELS)
 VREF = (1.1, 2.56, 5.0)
 
 A = Kind.ACTUATOR

@@ -116,7 +116,7 @@ def common_mode_removed_noise(readings: dict[str, np.ndarray]) -> dict[str, floa
     return {n: float(np.std(residual[i], ddof=1) / scale) for i, n in enumerate(names)}
 
 
-PRECISION_OSRS = (1, 2, 4, 8)
+PRECISION_OSRS = ALLOWED_OSR
 
 
 def _evaluate_pressure_precision(e: Evaluation) -> ProtocolOutcome:

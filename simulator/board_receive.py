@@ -8,9 +8,9 @@ small class the protocol only asks for packets, and tests/test_board_vs_firmware
 
 from __future__ import annotations
 
+from firmware_bridge.packets import BOARD_INPUT_BUFFER as INPUT_BUFFER
 from firmware_bridge.packets import END, START
 
-INPUT_BUFFER = 64  # receive_packet's input_buffer: characters between START and END
 START_BYTE = bytes([START])
 END_BYTE = bytes([END])
 

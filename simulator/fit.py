@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.params import BAROMETERS, OSR_VALUES, SimParams
+from firmware_bridge.variables import OSR_LEVELS
+from simulator.params import BAROMETERS, SimParams
 from simulator.replay import Recording, read_recording
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,8 @@ def _fit_wind_tunnel(rec: Recording, params: SimParams) -> dict:
     wt.ambient_mean_pa = float(row_mean.mean())
 
     # noise: contiguous fans-off runs with unchanged oversampling, grouped by the four settings
-    sums = {b: {o: 0.0 for o in OSR_VALUES} for b in BAROMETERS}  # Σ weight·σ²
-    weights = {b: {o: 0 for o in OSR_VALUES} for b in BAROMETERS}
+    sums = {b: {o: 0.0 for o in OSR_LEVELS} for b in BAROMETERS}  # Σ weight·σ²
+    weights = {b: {o: 0 for o in OSR_LEVELS} for b in BAROMETERS}
     groups = []
     idx = np.flatnonzero(fans_off)
     counters = rec.column("counter")
@@ -139,7 +140,7 @@ def _fit_wind_tunnel(rec: Recording, params: SimParams) -> dict:
     pooled = dict(wt.barometer_noise_pa)
     by_unit: dict[str, dict[int, float]] = {}
     fitted_osr, kept_osr = [], []
-    for o in OSR_VALUES:
+    for o in OSR_LEVELS:
         total = sum(weights[b][o] for b in BAROMETERS)
         if total:
             pooled[o] = float(np.sqrt(sum(sums[b][o] for b in BAROMETERS) / total))
@@ -147,7 +148,7 @@ def _fit_wind_tunnel(rec: Recording, params: SimParams) -> dict:
         else:
             kept_osr.append(o)
     for b in BAROMETERS:
-        by_unit[b] = {o: (float(np.sqrt(sums[b][o] / weights[b][o])) if weights[b][o] else pooled[o]) for o in OSR_VALUES}
+        by_unit[b] = {o: (float(np.sqrt(sums[b][o] / weights[b][o])) if weights[b][o] else pooled[o]) for o in OSR_LEVELS}
     wt.barometer_noise_pa = pooled
     wt.barometer_noise_by_unit_pa = by_unit
     flow_report = _fit_wind_tunnel_flow(rec, params)
@@ -157,7 +158,7 @@ def _fit_wind_tunnel(rec: Recording, params: SimParams) -> dict:
         "offsets_pa": wt.barometer_offsets_pa,
         "offsets_reference": "mean of the four barometers (offsets sum to 0)",
         "ambient_mean_pa": wt.ambient_mean_pa,
-        "noise_pa_by_osr": {str(o): pooled[o] for o in OSR_VALUES},
+        "noise_pa_by_osr": {str(o): pooled[o] for o in OSR_LEVELS},
         "noise_pa_by_unit": {b: {str(o): v for o, v in d.items()} for b, d in by_unit.items()},
         "osr_fitted": fitted_osr,
         "osr_kept_default": kept_osr,

@@ -27,11 +27,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from firmware_bridge.model_file import load_model_file
+from firmware_bridge.variables import OSR_LEVELS
 
 BAROMETERS = ("upwind", "downwind", "ambient", "intake")
 """The four DPS310 units, by the suffix of their `pressure_*` / `osr_*` variables."""
-
-OSR_VALUES = (1, 2, 4, 8)
 
 
 class _Strict(BaseModel):
@@ -183,9 +182,9 @@ class WindTunnelParams(_Strict):
     @field_validator("barometer_noise_pa")
     @classmethod
     def _all_osr(cls, v: dict[int, float]) -> dict[int, float]:
-        missing = [o for o in OSR_VALUES if o not in v]
+        missing = [o for o in OSR_LEVELS if o not in v]
         if missing:
-            raise ValueError(f"barometer_noise_pa needs oversampling {list(OSR_VALUES)}, missing {missing}")
+            raise ValueError(f"barometer_noise_pa needs oversampling {list(OSR_LEVELS)}, missing {missing}")
         return v
 
     @field_validator("barometer_flow_noise_pa")
