@@ -998,10 +998,12 @@ def add_chamber_selection(p: argparse.ArgumentParser) -> None:
 
 
 def add_verdict_commands(sub: argparse._SubParsersAction) -> None:
+    from firmware_bridge.variables import OSR_LEVELS
+
     p = command(sub, "calibrate", "cross-sensor calibration of the wind tunnel's four DPS310 barometers")
     add_chamber_selection(p)
     p.add_argument("-n", type=POSITIVE, default=200, help="rows measured after settling (default 200)")
-    p.add_argument("--osr", type=int, default=8, choices=[1, 2, 4, 8], help="barometer oversampling (default 8)")
+    p.add_argument("--osr", type=int, default=8, choices=OSR_LEVELS, help="barometer oversampling (default 8)")
     p.add_argument("-o", "--output", default=None, help="write the calibration record (JSON) here")
     p.set_defaults(handler=cmd_calibrate)
     p = command(sub, "check", "grade a claim (or --all) on the chamber: pass / inconclusive / fail with u")
