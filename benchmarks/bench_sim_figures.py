@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The simulator beside the real chamber and the chamber authors' models, figure by figure (issue 14).
 
-For every figure of simulator/real_figures.py FIGURES: the real value (and where it is recorded), the tolerance,
+For every figure of calibration/real_figures.py FIGURES: the real value (and where it is recorded), the tolerance,
 ours on the default parameters (mean ± SD over seeds, computed by running the protocol that recorded the public
 dataset and the seed paper's method), the authors' exact models (simulator/params_authors.json, same protocol),
 and ours before issue 14 as the issue measured it.
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_cli import shared_dir  # noqa: E402
 from simulator.params import authors_params  # noqa: E402
-from simulator.real_figures import FIGURES, SEEDS, all_figures  # noqa: E402
+from calibration.real_figures import FIGURES, SEEDS, all_figures  # noqa: E402
 
 
 def _fmt(value) -> str:

@@ -2,7 +2,7 @@
 models where they hold, and the cross-effects the authors' ground-truth graph has.
 
 The figures, their sources and their tolerances (with why each is that wide) are one table,
-simulator/real_figures.py FIGURES; the slow tests run the very protocols that recorded the public datasets
+calibration/real_figures.py FIGURES; the slow tests run the very protocols that recorded the public datasets
 (../shared/chamber-data/protocols) on the simulator, SEEDS times, and gate the mean.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from simulator.params import authors_params
 from simulator.physics import make_model
-from simulator.real_figures import FIGURES, SEEDS, all_figures, read_protocol, run_protocol, steady_window
+from calibration.real_figures import FIGURES, SEEDS, all_figures, read_protocol, run_protocol, steady_window
 from conftest import shared_path
 
 AUTHORS = authors_params()

@@ -5,6 +5,8 @@ gold file, the chamber authors' model D1), each with a tolerance that says how c
 expected to meet it. The tests (tests/test_sim_real_figures.py) gate on them and the benchmark
 (benchmarks/bench_sim_figures.py) prints ours beside the real figure and the authors' model; both must use one
 table and one way of computing, so a figure cannot be computed one way in a test and another in a report.
+It lives on the calibration floor, not in simulator/, because computing ours applies the cross-sensor method
+(calibration/cross_sensor.py) to the simulator's rows: the simulator must not import the floor above it.
 
 How ours are computed: by running the *same experiment protocol* that recorded the public dataset
 (../shared/chamber-data/protocols/<dataset>/<experiment>.txt: SET, WAIT, MSR lines) on an in-process model,
