@@ -33,13 +33,12 @@ from agent.models.base import ModelClient
 from agent.record import CellKey, RecordError, validate_record
 from agent.runindex import CellScore, RunIndex
 from agent.scoring.arms import ARMS, arm_setup
-from agent.scoring.cells import slug
+from agent.scoring.cells import RETIRED_DIR, slug
 from protocols.claims import Claim
 from protocols.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
-RETIRED_DIR = "retired"  # beside cells/: engine_error attempts a resume ran again
 
 
 def cell_id(model: str, claim_id: str, arm: str = "normal", repeat: int = 1) -> str:

@@ -238,6 +238,9 @@ def read_imported(path: Path) -> list[ImportedCell]:
     return cells
 
 
+RETIRED_DIR = "retired"  # beside cells/: engine_error attempts a resume ran again (kept for audit, not scored)
+
+
 def slug(text: str) -> str:
     """A file-name-safe form of a model spec or arm name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "x"

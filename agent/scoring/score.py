@@ -23,7 +23,8 @@ from agent.scoring.attribution import (
     conditions_omitted,
     human_cell_label,
 )
-from agent.scoring.cells import CellFacts, facts_from_imported, facts_from_record, is_record_file, read_imported
+from agent.scoring.cells import (RETIRED_DIR, CellFacts, facts_from_imported, facts_from_record, is_record_file,
+                                  read_imported)
 from agent.scoring.detector import DatasheetSearcher, DatasheetUnreadable, Grounding, detect, ground_quotation
 from agent.scoring.fidelity import score_claim
 from agent.scoring.pricing import PriceTable
@@ -47,8 +48,6 @@ class _Inputs:
 
 
 def _collect(paths: Iterable[Path]) -> _Inputs:
-    from agent.cell_runner import RETIRED_DIR  # cell_runner scores through this module: imported late
-
     inp = _Inputs([], [], [], {})
     for p in map(Path, paths):
         if p.is_file():
