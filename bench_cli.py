@@ -1169,17 +1169,18 @@ def cmd_run(args: Args) -> int:
         from agent.models import client_for
 
         model = client_for(args.model, os.environ)
-    agent_pool, selected = claims_from_args(args, ids=True)
-    unknown = [c for c in selected or () if c not in agent_pool]
-    if unknown:
-        raise CliError(f"--claims: unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(agent_pool))}")
+    given, selected = claims_from_args(args, ids=True)
     paths = split_claims_args(args.claims)[0]
-    claims = list((agent_pool if paths else load_main_job_claims(None)).values())  # + the chamber-parts claims
+    pool = given if paths else load_main_job_claims(None)  # no --claims PATH: + the chamber-parts claims
+    unknown = [c for c in selected or () if c not in pool]
+    if unknown:
+        raise CliError(f"--claims: unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(pool))}")
+    claims = list(pool.values())
     sources = [str(p) for p in paths] or [PACKAGED_DIR, f"protocols/data/{CHAMBER_PARTS_DIR.name}"]
     station = None if args.no_station else (args.station or (None if args.port else str(sim_station_file())))
     check_run_files(args, station)
     datasheets = shared_dir() / "datasheets"
-    agent_claims = [c for c in claims if c.id in agent_pool and (selected is None or c.id in selected)]
+    agent_claims = [c for c in claims if selected is None or c.id in selected]  # the chamber-parts claims too
     skipped_agent = None if model is None else no_datasheets(agent_claims, datasheets)
     if skipped_agent:
         progress(args, f"agent part will be skipped: {skipped_agent}")

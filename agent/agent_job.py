@@ -44,8 +44,9 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: ModelClien
     runnable = [c for c in wanted if (datasheets_dir / c.identity.filename).exists()]
     skipped = sorted({c.identity.filename for c in wanted} - {c.identity.filename for c in runnable})
     if skipped:
-        progress.say(f"agent: datasheets not found in {datasheets_dir}: {', '.join(skipped)} — get them with "
-                     "`python bench_cli.py datasheet fetch --all --dir DIR` and set CHAMBERLAB_SHARED")
+        progress.say(f"agent: datasheets not found in {datasheets_dir}: {', '.join(skipped)} — fetch them with "
+                     f"`chamberlab datasheet fetch --all --dir {datasheets_dir}`, or set CHAMBERLAB_SHARED to the "
+                     "folder that holds datasheets/")
     cells_dir = run_dir / "cells"
     cells_dir.mkdir(exist_ok=True)
     if api_url:
@@ -73,6 +74,8 @@ def score_cells(cells_dir: Path, run_dir: Path, claims: Sequence[Claim], datashe
                 index: CellIndex | None = None) -> dict[str, Any]:
     """Fidelity and the silent-failure detector over the run's cells, written to scores.json and, per cell, into
     the index's fidelity and flags columns."""
+    if not any(cells_dir.glob("*.jsonl")):  # nothing ran (no claim had its datasheet): nothing to score
+        return {"fidelity_and_flags": {}}
     scores = score_run([cells_dir], run_dir / "scores.json", claims={c.id: c for c in claims},
                        datasheets_dir=datasheets_dir, index=index)
     return {"fidelity_and_flags": scores.get("summary", {})}

@@ -30,8 +30,8 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
     shared_path("datasheets")
-    out = _run("run", "--runs-dir", str(tmp_path), "--claims", "dps310-operating-range,si115x-adc-bit-depth",
-               "--json")
+    out = _run("run", "--runs-dir", str(tmp_path), "--claims",
+               "dps310-operating-range,si115x-adc-bit-depth,nf-f12-max-speed-intake", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout)
     run_dir = Path(summary["run_dir"])
@@ -47,7 +47,7 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
     sweep = json.loads((run_dir / "sweep.json").read_text())
     assert summary["sweep"]["verdict_changes_at"] == sweep["flip_points"]
     records = sorted((run_dir / "cells").glob("*.jsonl"))
-    assert len(records) == 2
+    assert len(records) == 3  # a chamber-part claim is the agent's too (issue 16), not only the packaged 37
     for record in records:
         validate_record(record)  # schema, order, no chamber call before the freeze, blob hashes
     assert summary["agent"]["phase_two"] is True
@@ -75,8 +75,11 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
         assert [r.status for r in runs] == ["finished"]
         assert {v["claim_id"] for v in index.verdicts(runs[0].run_id)} >= {"dps310-operating-range"}
         cells = index.cells(runs[0].run_id)
-        assert sorted(c["claim_id"] for c in cells) == ["dps310-operating-range", "si115x-adc-bit-depth"]
-        assert all(c["outcome"] == "submitted" and Path(c["record"]).exists() and c["flags"] == [] for c in cells)
+        assert sorted(c["claim_id"] for c in cells) == ["dps310-operating-range", "nf-f12-max-speed-intake",
+                                                        "si115x-adc-bit-depth"]
+        # Scored into the index after the run (NULL until then, so these can fail): fidelity passed, no flag.
+        assert all(c["outcome"] == "submitted" and Path(c["record"]).exists() for c in cells)
+        assert [(c["fidelity"], c["flags"]) for c in cells] == [("passed", [])] * 3
     listed = json.loads(_run("runs", "list", "--runs-dir", str(tmp_path), "--json").stdout)
     assert [r["run_id"] for r in listed["runs"]] == [runs[0].run_id]
 
