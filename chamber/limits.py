@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from chamber.errors import LimitsError
 from firmware_bridge.model_file import ModelFileError, load_model_file, read_data_file, validate_model
-from firmware_bridge.variables import Kind, Layout
+from firmware_bridge.variables import Kind, Layout, describe_range, describe_set, in_range, snap_to
 
 
 class VariableLimit(BaseModel):
@@ -42,22 +42,17 @@ class VariableLimit(BaseModel):
         return self
 
     def accepts(self, value: float) -> bool:
-        if self.allowed is not None and not any(abs(value - a) < 1e-9 for a in self.allowed):
+        """An operator's limit applies both: a value must be in the allowed set (if any) AND within min..max."""
+        if self.allowed is not None and snap_to(value, self.allowed) is None:
             return False
-        if self.min is not None and value < self.min:
-            return False
-        if self.max is not None and value > self.max:
-            return False
-        return True
+        return in_range(value, self.min, self.max)
 
     def describe(self) -> str:
         parts = []
         if self.allowed is not None:
-            parts.append("one of " + ", ".join(f"{a:g}" for a in self.allowed))
+            parts.append(describe_set(self.allowed))
         if self.min is not None or self.max is not None:
-            low = f"{self.min:g}" if self.min is not None else "-inf"
-            high = f"{self.max:g}" if self.max is not None else "inf"
-            parts.append(f"{low}..{high}")
+            parts.append(describe_range(self.min, self.max))
         return " and ".join(parts) or "any value"
 
 

@@ -55,30 +55,48 @@ class Variable:
         where the allowed one ("2.56") passes. The host sends the allowed value itself."""
         if self.allowed is None:
             return None
-        return next((a for a in self.allowed if abs(value - a) < 1e-9), None)
+        return snap_to(value, self.allowed)
 
     def accepts(self, value: float) -> bool:
-        """Would the *physical* variable accept this value (the host-side rule, stricter than buggy firmware)?"""
+        """Would the *physical* variable accept this value (the host-side rule, stricter than buggy firmware)?
+        A discrete set, where there is one, replaces the range (the firmware checks one or the other)."""
         if self.allowed is not None:
-            return self.snap(value) is not None
-        if self.low is not None and value < self.low:
-            return False
-        if self.high is not None and value > self.high:
-            return False
-        return True
+            return snap_to(value, self.allowed) is not None
+        return in_range(value, self.low, self.high)
 
     def describe_allowed(self) -> str:
         if self.allowed is not None:
-            return "one of " + ", ".join(_fmt(a) for a in self.allowed)
+            return describe_set(self.allowed)
         if self.low is not None or self.high is not None:
-            return f"{_fmt(self.low) if self.low is not None else '-inf'}..{_fmt(self.high) if self.high is not None else 'inf'}"
+            return describe_range(self.low, self.high)
         return "any number"
 
 
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "None"
-    return f"{value:g}"
+SNAP_TOLERANCE = 1e-9
+"""How near a float must be to an allowed value to stand for it (the value rule's one tolerance)."""
+
+
+def snap_to(value: float, allowed: tuple[float, ...]) -> float | None:
+    """The member of `allowed` that `value` stands for (within SNAP_TOLERANCE), or None.
+
+    Why one function: the firmware's table (Variable) and the operator limits file (chamber.limits) both check a
+    value against a discrete set; they must agree on what "the same value" means."""
+    return next((a for a in allowed if abs(value - a) < SNAP_TOLERANCE), None)
+
+
+def in_range(value: float, low: float | None, high: float | None) -> bool:
+    """`low <= value <= high`, an absent bound being open."""
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def describe_set(allowed: tuple[float, ...]) -> str:
+    """`one of 1, 2, 4, 8`: how a refusal names a discrete set."""
+    return "one of " + ", ".join(f"{a:g}" for a in allowed)
+
+
+def describe_range(low: float | None, high: float | None) -> str:
+    """`0..45`, `-inf..1`: how a refusal names an inclusive range (an absent bound is infinite)."""
+    return f"{'-inf' if low is None else f'{low:g}'}..{'inf' if high is None else f'{high:g}'}"
 
 
 OSR_LEVELS = (1, 2, 4, 8)
