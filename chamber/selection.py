@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from chamber.driver import Chamber
 from chamber.errors import ChamberError
-from chamber.limits import OperatorLimits, load_limits, read_settings_file
+from chamber.limits import OperatorLimits, load_limits
 from chamber.safe_state import SafeOutcome, SafeState, check_safe_state, safe_close
+from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
 
 log = logging.getLogger(__name__)
 
@@ -74,22 +75,21 @@ def selection_of(backend: str | None, ports: list[str] | None, **fields: Any) ->
         raise SelectionError((f"{where}: " if where else "") + first["msg"].removeprefix("Value error, ")) from None
 
 
+class ParamsFileError(SelectionError, ModelFileError):
+    """A simulator parameter file that cannot be read or does not fit the simulator's parameter model (the one
+    configuration-file error, worded by firmware_bridge.model_file: the file, the field, expected and got)."""
+
+
 def read_params(path: str | Path | None) -> dict[str, Any] | None:
     """A simulator parameter file (YAML or JSON, the one settings reader) as a mapping, checked against the
-    simulator's parameter model, or None without a file. SelectionError names the file and the field."""
+    simulator's parameter model, or None without a file. Checked here, so that a bad file is refused when it is
+    read, naming the file and the field, not at the first row."""
     if path is None:
         return None
-    from simulator.params import params_from
+    from simulator.params import SimParams
 
-    data = read_settings_file(path)
-    if not isinstance(data, dict):
-        raise SelectionError(f"{path}: expected a mapping of simulator parameters, got {type(data).__name__}")
-    try:  # checked here, so that the error names the file, not only pydantic's model
-        params_from(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise SelectionError(f"{path}: field '{where}': {first['msg'].removeprefix('Value error, ')}") from None
+    data = read_data_file(path, what="simulator parameters", error=ParamsFileError)
+    validate_model(data, SimParams, source=f"simulator parameters {Path(path)}", error=ParamsFileError)
     return data
 
 
