@@ -28,7 +28,7 @@ from agent.scoring.pricing import Price, PriceTable
 from agent.scoring.score import score_paths
 from agent.tool import Tool, ToolResult
 from conformance_server import Reply, replay
-from support import SteppingClock
+from support import SteppingClock, chat_usage, responses_usage
 from test_agent_conformance import anthropic_reply, chat_reply, responses_reply
 
 CLAIM = "dps310-operating-range"
@@ -75,12 +75,8 @@ def _responses_replies():
         return [{"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": name,
                  "arguments": json.dumps(args), "status": "completed"}]
 
-    usage = [{"input_tokens": 2000, "output_tokens": 70, "total_tokens": 2070,
-              "input_tokens_details": {"cached_tokens": 1500, "cache_write_tokens": 100},
-              "output_tokens_details": {"reasoning_tokens": 30}},
-             {"input_tokens": 2600, "output_tokens": 110, "total_tokens": 2710,
-              "input_tokens_details": {"cached_tokens": 2000, "cache_write_tokens": 0},
-              "output_tokens_details": {"reasoning_tokens": 50}}]
+    usage = [responses_usage(2000, 70, cached=1500, cache_write=100, reasoning=30),
+             responses_usage(2600, 110, cached=2000, cache_write=0, reasoning=50)]
     replies = [responses_reply(output=call("call_1", "search_text", SEARCH), usage=usage[0], rid="resp_1"),
                responses_reply(output=call("call_2", "submit_extraction", SUBMIT), usage=usage[1], rid="resp_2")]
     expected = {"input_tokens": 4600, "output_tokens": 180, "cache_read_input_tokens": 3500,
@@ -106,12 +102,8 @@ def _chat_search_then_submit(usage):
 
 
 def _chat_replies():
-    usage = [{"prompt_tokens": 1800, "completion_tokens": 50, "total_tokens": 1850,
-              "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 300},
-              "completion_tokens_details": {"reasoning_tokens": 20}},
-             {"prompt_tokens": 2300, "completion_tokens": 80, "total_tokens": 2380,
-              "prompt_tokens_details": {"cached_tokens": 1800, "cache_write_tokens": 0},
-              "completion_tokens_details": {"reasoning_tokens": 10}}]
+    usage = [chat_usage(1800, 50, cached=1000, cache_write=300, reasoning=20),
+             chat_usage(2300, 80, cached=1800, cache_write=0, reasoning=10)]
     replies = _chat_search_then_submit(usage)
     expected = {"input_tokens": 4100, "output_tokens": 130, "cache_read_input_tokens": 2800,
                 "cache_creation_input_tokens": 300, "reasoning_output_tokens": 30}
@@ -201,3 +193,26 @@ def test_a_record_re_scores_offline_with_the_numbers_the_provider_reported(provi
     total = next(iter(log["samples"][0]["model_usage"].values()))
     assert total["total_tokens"] == expected["input_tokens"] + expected["output_tokens"]
     assert total["input_tokens_cache_read"] == expected["cache_read_input_tokens"]
+
+
+def test_a_price_table_is_read_by_the_one_configuration_loader(tmp_path):
+    """YAML or JSON by suffix, a bare mapping of models with its currency, and every refusal a ModelFileError
+    naming the file and the model's field on one line."""
+    from agent.scoring.pricing import PriceTableError, load_price_table
+    from firmware_bridge.model_file import ModelFileError
+
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("currency: EUR\nm: {input_per_mtok: 1, output_per_mtok: 2, note: ignored}\n")
+    table = load_price_table(bare)
+    assert table.currency == "EUR" and table.prices == {"m": Price(1.0, 2.0)} and table.source == str(bare)
+    negative = tmp_path / "negative.json"
+    negative.write_text('{"models": {"m": {"input_per_mtok": -1, "output_per_mtok": 2}}}')
+    with pytest.raises(PriceTableError) as got:
+        load_price_table(negative)
+    assert isinstance(got.value, ModelFileError)
+    assert str(got.value) == (f"price table {negative}: field 'models.m.input_per_mtok': Input should be greater "
+                              "than or equal to 0 (got -1)")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{models")
+    with pytest.raises(PriceTableError, match=r"broken.json: not JSON \(.* at line 1, column 2\)$"):
+        load_price_table(broken)

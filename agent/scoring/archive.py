@@ -19,9 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agent.scoring.cells import ImportedCall, ImportedCell
+from firmware_bridge.model_file import ModelFileError, read_data_file
 from protocols.datasheets import sha256_of
 
 log = logging.getLogger(__name__)
@@ -38,8 +37,13 @@ class ArchiveError(ValueError):
     """The folder is not the paper archive, or a file in it does not have the expected shape."""
 
 
+class ArchiveFileError(ArchiveError, ModelFileError):
+    """An archive file that cannot be read or parsed (the one configuration-file reader's error, naming the file)."""
+
+
 def _load_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))  # Python's json accepts the archive's bare NaN tokens
+    # JSON by its suffix; Python's json (under read_data_file) accepts the archive's bare NaN tokens
+    return read_data_file(path, what="archive file", error=ArchiveFileError)
 
 
 def _cell(**kw: Any) -> ImportedCell:
@@ -182,9 +186,8 @@ def _gold(data_dir: Path, archive_dir: Path) -> tuple[list[ImportedCell], dict[s
     from agent.scoring.attribution import normalise_gold
 
     gold_path = data_dir / "classifier_gold.yaml"
-    text = gold_path.read_text(encoding="utf-8")
-    doc = yaml.safe_load(text) or {}
-    traces = parse_gold_traces(text)
+    doc = read_data_file(gold_path, what="gold labels", error=ArchiveFileError)
+    traces = parse_gold_traces(gold_path.read_text(encoding="utf-8"))  # the comments YAML drops
     sample = _load_json(archive_dir / "sampled_cells.json").get("sample") or []
     autos: dict[str, dict[str, Any]] = {}
     for p in sorted(archive_dir.glob("classifier_auto.*.json")):
@@ -233,6 +236,8 @@ def import_archive(root: Path, out: Path) -> dict[str, Any]:
     def take(path: Path, fn: Any, *args: Any) -> None:
         try:
             got = fn(path, *args)
+        except ArchiveError:
+            raise
         except (KeyError, TypeError, ValueError) as e:
             raise ArchiveError(f"{path.name}: unexpected shape: {e}") from e
         cells.extend(got)
@@ -262,7 +267,7 @@ def import_archive(root: Path, out: Path) -> dict[str, Any]:
             files[f"archive/{p.name}"] = sha256_of(p)
     a2 = data_dir / "classifier_gold.annotator2.yaml"
     if a2.exists():
-        labelled = sum(1 for c in (yaml.safe_load(a2.read_text(encoding="utf-8")) or {}).get("cells") or []
+        labelled = sum(1 for c in read_data_file(a2, what="gold labels", error=ArchiveFileError).get("cells") or []
                        if c.get("gold_label"))
         skipped["data/classifier_gold.annotator2.yaml"] = (
             f"second annotator: {labelled} of 30 cells labelled — no inter-annotator agreement can be computed"

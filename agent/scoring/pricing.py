@@ -8,15 +8,16 @@ accepted too). Usage follows the record's convention: input_tokens INCLUDES cach
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat
+
+from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
 
 
-class PriceTableError(ValueError):
+class PriceTableError(ModelFileError):
     """A price table that cannot be read, or a model price with a missing or negative rate."""
 
 
@@ -62,25 +63,36 @@ class PriceTable:
         return cost / 1e6
 
 
+class _Rates(BaseModel):
+    """One model's rates as the file states them (keys other than the four rates are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input_per_mtok: NonNegativeFloat
+    output_per_mtok: NonNegativeFloat
+    cache_read_per_mtok: NonNegativeFloat | None = None
+    cache_creation_per_mtok: NonNegativeFloat | None = None
+
+
+class PriceTableFile(BaseModel):
+    """The file's shape: `models` (model name → rates) and a `currency`; other top-level keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    models: dict[str, _Rates]
+    currency: str = "USD"
+
+
 def load_price_table(path: Path) -> PriceTable:
+    """Read a price table (JSON by suffix, YAML otherwise) through the one configuration-file loader; a bare
+    mapping of models (with an optional `currency`) is read as `models:`. PriceTableError names the file, the
+    model's field, what was expected and what arrived."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as e:
-        raise PriceTableError(f"{path}: cannot read the price table: {e}") from e
-    if not isinstance(doc, dict):
-        raise PriceTableError(f"{path}: expected a mapping of models to prices")
-    models = doc.get("models", doc)
-    prices: dict[str, Price] = {}
-    for model, p in models.items():
-        if model == "currency":
-            continue
-        if not isinstance(p, dict) or "input_per_mtok" not in p or "output_per_mtok" not in p:
-            raise PriceTableError(f"{path}: model {model!r} needs input_per_mtok and output_per_mtok, got {p!r}")
-        vals = {k: (float(v) if v is not None else None) for k, v in p.items()
-                if k in ("input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "cache_creation_per_mtok")}
-        if any(v is not None and v < 0 for v in vals.values()):
-            raise PriceTableError(f"{path}: model {model!r} has a negative rate")
-        prices[str(model)] = Price(**vals)
-    return PriceTable(prices, str(doc.get("currency", "USD")), str(path))
+    doc = read_data_file(path, what="price table", error=PriceTableError)
+    if isinstance(doc, dict) and isinstance(doc.get("models"), dict):
+        doc = {**doc, "models": {k: v for k, v in (doc["models"] or {}).items() if k != "currency"}}
+    elif isinstance(doc, dict) and "models" not in doc:
+        doc = {"models": {k: v for k, v in doc.items() if k != "currency"}, "currency": doc.get("currency", "USD")}
+    table = validate_model(doc, PriceTableFile, source=f"price table {path}", error=PriceTableError)
+    prices = {str(model): Price(**rates.model_dump()) for model, rates in table.models.items()}
+    return PriceTable(prices, str(table.currency), str(path))
