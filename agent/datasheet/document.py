@@ -165,6 +165,15 @@ def read_page(page: pymupdf.Page) -> PageText:
     fonts: dict[str, bool] = {}
     bold_font = _BOLD_FONT.search
     append = lines.append
+
+    def span_bold(s: dict) -> bool:
+        """A span is bold when its font's name says so (decided once per name) or its flags carry MuPDF's bold bit (16)."""
+        name = s["font"]
+        b = fonts.get(name)
+        if b is None:
+            b = fonts[name] = bool(bold_font(name))
+        return b or bool(s["flags"] & 16)
+
     for block in data["blocks"]:
         for ln in block.get("lines", ()):
             raw = ln["spans"]
@@ -174,11 +183,7 @@ def read_page(page: pymupdf.Page) -> PageText:
                 stripped = text.strip()
                 if not stripped:
                     continue
-                name = s["font"]
-                b = fonts.get(name)
-                if b is None:
-                    b = fonts[name] = bool(bold_font(name))
-                b = b or bool(s["flags"] & 16)
+                b = span_bold(s)
                 size = s["size"]
                 spans: Sequence[Span] = ()
             else:
@@ -190,11 +195,7 @@ def read_page(page: pymupdf.Page) -> PageText:
                     t = s["text"]
                     if not t:
                         continue
-                    name = s["font"]
-                    b = fonts.get(name)
-                    if b is None:
-                        b = fonts[name] = bool(bold_font(name))
-                    b = b or bool(s["flags"] & 16)
+                    b = span_bold(s)
                     sz = s["size"]
                     x0, y0, x1, y1 = s["bbox"]
                     span_list.append(Span(x0, y0, x1, y1, t, sz, b))
