@@ -131,3 +131,92 @@ def reads_the_claim(claim: Any, extraction: Mapping[str, Any] | None) -> bool:
         return _close(got["value"], claim.value)
     expected = {k: getattr(claim, k) for k in ("value", "low", "high") if getattr(claim, k) is not None}
     return all(_close(got[k], v) for k, v in expected.items())
+
+
+# ------------------------------------------------------------------------------------------------- chamber spy
+class ChamberSpy:
+    """A chamber that lists every SET and MSR reaching it in `calls` (("set", name, value), ("set_many",
+    settings), ("measure", n)) and passes everything on, so a test can say "nothing moved" as `calls == []`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def set(self, name: str, value: float) -> Any:
+        self.calls.append(("set", name, value))
+        return self.inner.set(name, value)
+
+    def set_many(self, settings: Mapping[str, float]) -> Any:
+        self.calls.append(("set_many", dict(settings)))
+        return self.inner.set_many(settings)
+
+    def measure(self, n: int) -> Any:
+        self.calls.append(("measure", n))
+        return self.inner.measure(n)
+
+
+# -------------------------------------------------------------------------------------------- provider usage
+def responses_usage(input_tokens: int, output_tokens: int, cached: int, cache_write: int,
+                    reasoning: int) -> dict[str, Any]:
+    """A Responses API `usage` object as OpenAI reports it (input_tokens includes the cached part)."""
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": cache_write},
+            "output_tokens_details": {"reasoning_tokens": reasoning}}
+
+
+def chat_usage(prompt_tokens: int, completion_tokens: int, cached: int, cache_write: int,
+               reasoning: int) -> dict[str, Any]:
+    """A chat-completions `usage` object in OpenAI's shape (prompt_tokens includes the cached part)."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached, "cache_write_tokens": cache_write},
+            "completion_tokens_details": {"reasoning_tokens": reasoning}}
+
+
+# ---------------------------------------------------------------------------------------------- reader cells
+@dataclass
+class ReaderRun:
+    """Every claim of a set read once by the scripted reader: the cell results, their validated events and the
+    offline scores (source grounding on), each by claim id."""
+
+    claims: dict[str, Any]
+    datasheets: Path
+    results: dict[str, Any]
+    events: dict[str, list[Any]]
+    scored: dict[str, dict[str, Any]]
+
+
+def read_with_reader(claims: Mapping[str, Any], datasheets: Path, out: Path) -> ReaderRun:
+    """Run the scripted reader (the real loop, in process) on each claim's datasheet in `datasheets`, writing the
+    records to `out`, then score them offline against `claims`."""
+    from agent.loop import run_cell  # late: most users of this module never run a cell
+    from agent.models.scripted import ScriptedModel, policy_named
+    from agent.record import validate_record
+    from agent.scoring.score import score_paths
+
+    results, events = {}, {}
+    for claim in claims.values():
+        result = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"),
+                          datasheet=datasheets / claim.identity.filename, record_dir=out, clock=SteppingClock(),
+                          run_id=f"{claim.id}--reader")
+        results[claim.id], events[claim.id] = result, validate_record(result.record)
+    rows = score_paths([out], claims=dict(claims), datasheets_dir=datasheets)["cells"]
+    return ReaderRun(dict(claims), datasheets, results, events, {r["claim_id"]: r for r in rows})
+
+
+def scripted_cell(claim: Any, policy: Any, chamber: Any, record_dir: Path, datasheet: Path) -> tuple[Any, list[Any]]:
+    """One agent cell through the real Anthropic SDK against the scripted Messages server (agent/testserver.py)
+    running `policy` on the claim's projection, with `chamber` (a ChamberClient) for phase two. Returns the cell
+    result and the request bodies the server received (`[]`: no model turn was spent)."""
+    from agent.loop import run_cell  # late, as above
+    from agent.models.anthropic_client import AnthropicClient
+    from agent.prompt import project_claim
+    from agent.testserver import serve_scripted
+
+    with serve_scripted(policy, project_claim(claim)) as (url, app):
+        result = run_cell(claim, model=AnthropicClient("scripted", api_key="k", base_url=url), datasheet=datasheet,
+                          record_dir=record_dir, clock=SteppingClock(), chamber=chamber)
+    return result, app.state.requests

@@ -18,18 +18,14 @@ import pytest
 
 import chamber
 from agent.chamber_client import ChamberClient, ChamberError
-from agent.loop import run_cell
-from agent.models.anthropic_client import AnthropicClient
 from agent.models.scripted import call, closed_book, policy_named
-from agent.prompt import project_claim
 from agent.record import validate_record
-from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.api import running_api
 from protocols.api.tools import TOOLS
 from protocols.canonical import canonical_json, sha256_hex
 from protocols.claims import load_claims
-from support import SteppingClock
+from support import scripted_cell
 
 CLAIM = "dps310-relative-accuracy"
 TOOL_NAMES = [t.name for t in TOOLS]
@@ -69,10 +65,8 @@ def api(tmp_path, claims) -> Iterator[Api]:
 
 
 def _cell(claim, policy, api: Api, tmp_path: Path):
-    with serve_scripted(policy, project_claim(claim)) as (url, _):
-        return run_cell(claim, model=AnthropicClient("scripted", api_key="k", base_url=url),
-                        datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path / "cells",
-                        clock=SteppingClock(), chamber=api.client)
+    return scripted_cell(claim, policy, api.client, tmp_path / "cells",
+                         shared_path("datasheets", claim.identity.filename))[0]
 
 
 def test_client_follows_the_contract(api):
@@ -168,10 +162,9 @@ def test_chamber_down_at_session_start_is_an_engine_error(claims, tmp_path):
     finally:
         wt.close()
     claim = claims[CLAIM]
-    with httpx.Client(base_url=url, timeout=2) as http, serve_scripted(closed_book, project_claim(claim)) as (murl, app):
-        result = run_cell(claim, model=AnthropicClient("m", api_key="k", base_url=murl),
-                          datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
-                          clock=SteppingClock(), chamber=ChamberClient(http))
-        assert app.state.requests == []  # no model turn was spent
+    with httpx.Client(base_url=url, timeout=2) as http:
+        result, requests = scripted_cell(claim, closed_book, ChamberClient(http), tmp_path,
+                                         shared_path("datasheets", claim.identity.filename))
+    assert requests == []  # no model turn was spent
     events = validate_record(result.record)
     assert result.outcome == "engine_error" and "session" in events[-1].detail

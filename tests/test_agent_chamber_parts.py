@@ -8,25 +8,20 @@ no figure for it (only words) cannot be extracted as a figure; the reader must t
 
 from __future__ import annotations
 
-import itertools
 import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.datasheet import DatasheetSession
 from agent.datasheet.normalise import fold
-from agent.loop import CellResult, run_cell
-from agent.models.scripted import ScriptedModel, policy_named
+from agent.loop import CellResult
 from agent.reader_text import unit_factor
-from agent.record import validate_record
 from agent.scoring.fidelity import classify_needle, score_claim
-from agent.scoring.score import score_paths
 from conftest import shared_path
 from protocols.claim_sources import CHAMBER_PARTS_DIR, load_checked_claims
 from protocols.claims import load_claims
+from support import ReaderRun, read_with_reader
 
 CLAIMS = load_checked_claims([CHAMBER_PARTS_DIR])
 
@@ -54,30 +49,9 @@ def _figures_match(claim, extraction: dict[str, Any]) -> bool:
     return all(_close(v, getattr(claim, k)) for k, v in got.items() if getattr(claim, k) is not None)
 
 
-def _clock():
-    return itertools.count(1_800_000_000.0, 0.01).__next__
-
-
-@dataclass
-class PartsRun:
-    datasheets: Path
-    results: dict[str, CellResult]
-    events: dict[str, list]
-    scored: dict[str, dict[str, Any]]
-
-
 @pytest.fixture(scope="module")
-def parts_run(tmp_path_factory) -> PartsRun:
-    datasheets = shared_path("datasheets")
-    out = tmp_path_factory.mktemp("parts-records")
-    results, events = {}, {}
-    for claim in CLAIMS.values():
-        result = run_cell(claim, model=ScriptedModel(policy_named("reader"), "scripted:reader"),
-                          datasheet=datasheets / claim.identity.filename, record_dir=out, clock=_clock(),
-                          run_id=f"{claim.id}--reader")
-        results[claim.id], events[claim.id] = result, validate_record(result.record)
-    rows = score_paths([out], claims=CLAIMS, datasheets_dir=datasheets)["cells"]
-    return PartsRun(datasheets, results, events, {r["claim_id"]: r for r in rows})
+def parts_run(tmp_path_factory) -> ReaderRun:
+    return read_with_reader(CLAIMS, shared_path("datasheets"), tmp_path_factory.mktemp("parts-records"))
 
 
 def _blob(result: CellResult, event) -> str:

@@ -22,13 +22,21 @@ from agent.models.openai_http import OpenAIChatClient, OpenAIResponsesClient
 from agent.record import read_record
 from agent.tool import Tool, ToolResult
 from conformance_server import Reply, replay, sdk_json
-from support import SteppingClock
+from support import SteppingClock, chat_usage, responses_usage
 
 TOOLS = [Tool("search_text", "Find a phrase.", {"type": "object", "properties": {"query": {"type": "string"}}})]
 REQUEST = ModelRequest("sys", [Message("user", [TextBlock("find VDD")])], TOOLS)
 
 
 # ------------------------------------------------------------------------------------------- SDK-typed replies
+def _put_usage(data: dict, usage, default: dict) -> None:
+    """`usage` into a reply body: "default" puts the test's usual counts, None reports no usage at all."""
+    if usage == "default":
+        usage = default
+    if usage is not None:
+        data["usage"] = usage
+
+
 def responses_reply(*, output=None, usage="default", status="completed", incomplete=None, rid="resp_0001"):
     data = {
         "id": rid, "object": "response", "created_at": 1764633600, "model": "gpt-test", "status": status,
@@ -39,12 +47,7 @@ def responses_reply(*, output=None, usage="default", status="completed", incompl
     }
     if incomplete:
         data["incomplete_details"] = {"reason": incomplete}
-    if usage == "default":
-        usage = {"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280,
-                 "input_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 150},
-                 "output_tokens_details": {"reasoning_tokens": 64}}
-    if usage is not None:
-        data["usage"] = usage
+    _put_usage(data, usage, responses_usage(1200, 80, cached=1000, cache_write=150, reasoning=64))
     return sdk_json(Response.model_validate(data))
 
 
@@ -56,12 +59,7 @@ def chat_reply(*, message=None, finish="stop", usage="default", cid="chatcmpl-00
               "message": message if message is not None else {"role": "assistant", "content": "done"}}
     choice.update(extra_choice or {})
     data = {"id": cid, "object": "chat.completion", "created": 1764633600, "model": "m", "choices": [choice]}
-    if usage == "default":
-        usage = {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940,
-                 "prompt_tokens_details": {"cached_tokens": 700, "cache_write_tokens": 120},
-                 "completion_tokens_details": {"reasoning_tokens": 12}}
-    if usage is not None:
-        data["usage"] = usage
+    _put_usage(data, usage, chat_usage(900, 40, cached=700, cache_write=120, reasoning=12))
     if not validate:
         return data
     return sdk_json(ChatCompletion.model_validate(data))

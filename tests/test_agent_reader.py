@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from agent.datasheet.normalise import fold
-from agent.loop import CellResult, run_cell
+from agent.loop import run_cell
 from agent.record import validate_record
-from agent.scoring.score import score_paths
 from agent.models.base import ModelRequest
 from agent.models.scripted import NoTask, ScriptedModel, policy_named
 from agent.prompt import ClaimView
@@ -30,33 +28,13 @@ from agent.reader_text import cell_value as _cell_value
 from agent.reader_text import markdown_tables
 from conftest import shared_path
 from protocols.claims import load_claims
-from support import SteppingClock, reads_the_claim
-
-
-@dataclass
-class ReaderRun:
-    claims: dict
-    datasheets: Path
-    results: dict[str, CellResult]
-    events: dict[str, list]
-    scored: dict[str, dict[str, Any]]
+from support import ReaderRun, SteppingClock, read_with_reader, reads_the_claim
 
 
 @pytest.fixture(scope="module")
 def reader_run(tmp_path_factory) -> ReaderRun:
     """Every packaged claim read once by the reader (about 15 s), then scored with source grounding."""
-    claims = load_claims()
-    datasheets = shared_path("datasheets")
-    out = tmp_path_factory.mktemp("reader-records")
-    results, events = {}, {}
-    for claim in claims.values():
-        model = ScriptedModel(policy_named("reader"), "scripted:reader")
-        result = run_cell(claim, model=model, datasheet=datasheets / claim.identity.filename, record_dir=out,
-                          clock=SteppingClock(), run_id=f"{claim.id}--reader")
-        results[claim.id] = result
-        events[claim.id] = validate_record(result.record)
-    rows = score_paths([out], claims=claims, datasheets_dir=datasheets)["cells"]
-    return ReaderRun(claims, datasheets, results, events, {r["claim_id"]: r for r in rows})
+    return read_with_reader(load_claims(), shared_path("datasheets"), tmp_path_factory.mktemp("reader-records"))
 
 
 def test_reader_submits_the_right_figure_for_every_claim(reader_run):

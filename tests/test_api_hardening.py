@@ -18,31 +18,10 @@ from chamber.limits import ControllerUnbounded, OperatorLimits, controller_overr
 from firmware_bridge.variables import layout_for
 from protocols.api import running_api
 from protocols.claims import load_claims
+from support import ChamberSpy
 
 CLAIM = "dps310-operating-range"
 FAN_CAP = OperatorLimits(chamber="wt", variables={"load_out": {"min": 0, "max": 0.3}})
-
-
-class Spy:
-    """The chamber, with every SET and MSR that reached it listed in `calls`."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.calls = inner, []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def set(self, name, value):
-        self.calls.append(("set", name, value))
-        return self.inner.set(name, value)
-
-    def set_many(self, settings):
-        self.calls.append(("set_many", dict(settings)))
-        return self.inner.set_many(settings)
-
-    def measure(self, n):
-        self.calls.append(("measure", n))
-        return self.inner.measure(n)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +56,7 @@ def _tool(http: httpx.Client, sid: str, name: str, body: dict) -> httpx.Response
 
 # ------------------------------------------------------------------------- 1. the pressure controller's reach
 def test_the_issues_controller_settings_are_refused_and_nothing_moves(pc, tmp_path, claims):
-    spy = Spy(pc)
+    spy = ChamberSpy(pc)
     with running_api({"wt": spy}, limits=FAN_CAP, record_dir=tmp_path, claims=claims) as url, \
             httpx.Client(base_url=url) as http:
         sid = _frozen(http)
@@ -101,7 +80,7 @@ def test_catalogue_ranges_of_the_controller_settings():
 
 def test_in_range_target_cannot_make_the_controller_exceed_the_fan_cap(pc, tmp_path, claims):
     # Firmware gains and a target 4.5 kPa below ambient: the PID's output saturates at -1, i.e. load_out 1.
-    spy = Spy(pc)
+    spy = ChamberSpy(pc)
     with running_api({"wt": spy}, limits=FAN_CAP, record_dir=tmp_path, claims=claims) as url, \
             httpx.Client(base_url=url) as http:
         sid = _frozen(http)
@@ -195,7 +174,7 @@ def test_recover_needs_the_token_like_every_route(wt, tmp_path, claims):
 # ------------------------------------------------------------------- 3. whole-call validation before any SET
 @pytest.mark.parametrize("tiny", [1e-300, 1e-40, 5e-324])
 def test_a_value_the_board_cannot_hold_refuses_the_whole_call(wt, tmp_path, claims, tiny):
-    spy = Spy(wt)
+    spy = ChamberSpy(wt)
     with running_api({"wt": spy}, record_dir=tmp_path, claims=claims) as url, httpx.Client(base_url=url) as http:
         sid = _frozen(http)
         r = _tool(http, sid, "stage_conditions", {"settings": {"load_in": 0.3, "hatch": tiny}})
@@ -212,7 +191,7 @@ def test_a_value_the_board_cannot_hold_refuses_the_whole_call(wt, tmp_path, clai
 ])
 def test_run_protocol_refuses_a_later_stage_before_any_set_or_measurement(wt, tmp_path, claims, claim, limits,
                                                                            refused):
-    spy = Spy(wt)
+    spy = ChamberSpy(wt)
     with running_api({"wt": spy}, limits=OperatorLimits(chamber="wt", variables=limits), record_dir=tmp_path,
                      claims=claims) as url, httpx.Client(base_url=url) as http:
         sid = _frozen(http, claim)

@@ -6,8 +6,10 @@ Over HTTP under uvicorn on 127.0.0.1; the chamber is the in-process simulator; c
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,25 +19,9 @@ import chamber
 from protocols.api import create_app, running_api, serve_in_thread
 from protocols.api.record import RecordFiles
 from protocols.claims import load_claims
-from support import ManualClock
+from support import ChamberSpy, ManualClock
 
 CLAIM = "dps310-operating-range"
-
-
-class Spy:
-    def __init__(self, inner) -> None:
-        self.inner, self.calls = inner, []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def set_many(self, settings):
-        self.calls.append(("set_many", dict(settings)))
-        return self.inner.set_many(settings)
-
-    def measure(self, n):
-        self.calls.append(("measure", n))
-        return self.inner.measure(n)
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +141,7 @@ class _FillingFile:
 
 
 def test_a_request_that_cannot_be_recorded_never_reaches_the_chamber(wt, tmp_path, claims):
-    disk, spy = FullDisk(), Spy(wt)
+    disk, spy = FullDisk(), ChamberSpy(wt)
     with running_api({"wt": spy}, record_dir=tmp_path, claims=claims, record_files=RecordFiles(opener=disk)) as url, \
             httpx.Client(base_url=url) as http:
         sid = _frozen(http)
@@ -175,47 +161,44 @@ def test_a_request_that_cannot_be_recorded_never_reaches_the_chamber(wt, tmp_pat
 
 
 # -------------------------------------------------------------------------------------- 6. the lease's max hold
-def test_a_holder_that_keeps_calling_loses_the_lease_after_the_max_hold(wt, tmp_path, claims):
+@contextlib.contextmanager
+def _lease_api(wt, tmp_path, claims) -> Iterator[tuple[ManualClock, httpx.Client]]:
+    """The API on a clock only the test moves: a lease lapses after 10 s idle and is held at most 30 s."""
     clock = ManualClock()
-    app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, clock=clock, lease_timeout_s=10.0,
-                     lease_max_hold_s=30.0)
-    try:
-        with serve_in_thread(app) as url, httpx.Client(base_url=url) as http:
-            a, b = _frozen(http), _frozen(http)
-            tool = "/sessions/{}/tools/describe_chamber"
+    with running_api({"wt": wt}, record_dir=tmp_path, claims=claims, clock=clock, lease_timeout_s=10.0,
+                     lease_max_hold_s=30.0) as url, httpx.Client(base_url=url) as http:
+        yield clock, http
+
+
+def test_a_holder_that_keeps_calling_loses_the_lease_after_the_max_hold(wt, tmp_path, claims):
+    with _lease_api(wt, tmp_path, claims) as (clock, http):
+        a, b = _frozen(http), _frozen(http)
+        tool = "/sessions/{}/tools/describe_chamber"
+        assert http.post(tool.format(a), json={}).status_code == 200
+        refused = 0
+        for _ in range(14):  # A calls every 2 s (never idle for 10 s); B asks each time
+            clock.now += 2.0
             assert http.post(tool.format(a), json={}).status_code == 200
-            refused = 0
-            for _ in range(14):  # A calls every 2 s (never idle for 10 s); B asks each time
-                clock.now += 2.0
-                assert http.post(tool.format(a), json={}).status_code == 200
-                r = http.post(tool.format(b), json={})
-                assert r.status_code == 409 and r.json()["error"]["code"] == "chamber_busy"
-                assert 1 <= int(r.headers["Retry-After"]) <= 10
-                refused += 1
-            clock.now += 2.0  # 30 s held while B waits
-            r = http.post(tool.format(a), json={})
-            assert r.status_code == 409 and "maximum of 30 s" in r.json()["error"]["message"], r.text
             r = http.post(tool.format(b), json={})
-            assert r.status_code == 200 and r.headers["X-Chamber-Lease"] == "taken_over"
-            assert http.get(f"/sessions/{b}").json()["holds_lease"] is True
-    finally:
-        app.state.api.close()
+            assert r.status_code == 409 and r.json()["error"]["code"] == "chamber_busy"
+            assert 1 <= int(r.headers["Retry-After"]) <= 10
+            refused += 1
+        clock.now += 2.0  # 30 s held while B waits
+        r = http.post(tool.format(a), json={})
+        assert r.status_code == 409 and "maximum of 30 s" in r.json()["error"]["message"], r.text
+        r = http.post(tool.format(b), json={})
+        assert r.status_code == 200 and r.headers["X-Chamber-Lease"] == "taken_over"
+        assert http.get(f"/sessions/{b}").json()["holds_lease"] is True
     assert refused == 14
 
 
 def test_a_lone_holder_keeps_the_lease_past_the_max_hold(wt, tmp_path, claims):
-    clock = ManualClock()
-    app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, clock=clock, lease_timeout_s=10.0,
-                     lease_max_hold_s=30.0)
-    try:
-        with serve_in_thread(app) as url, httpx.Client(base_url=url) as http:
-            a = _frozen(http)
-            for _ in range(30):
-                clock.now += 5.0
-                r = http.post(f"/sessions/{a}/tools/describe_chamber", json={})
-                assert r.status_code == 200 and r.headers["X-Chamber-Lease"] in ("acquired", "held")
-    finally:
-        app.state.api.close()
+    with _lease_api(wt, tmp_path, claims) as (clock, http):
+        a = _frozen(http)
+        for _ in range(30):
+            clock.now += 5.0
+            r = http.post(f"/sessions/{a}/tools/describe_chamber", json={})
+            assert r.status_code == 200 and r.headers["X-Chamber-Lease"] in ("acquired", "held")
 
 
 # ------------------------------------------------------------------------------------------ 6. sessions capped
@@ -257,7 +240,7 @@ def test_host_and_origin_must_be_loopback_without_a_token(wt, tmp_path, claims):
 
 
 def test_tool_bodies_must_be_application_json(wt, tmp_path, claims):
-    spy = Spy(wt)
+    spy = ChamberSpy(wt)
     with running_api({"wt": spy}, record_dir=tmp_path, claims=claims) as url, httpx.Client(base_url=url) as http:
         sid = _frozen(http)
         body = json.dumps({"settings": {"load_in": 0.5}})

@@ -12,16 +12,12 @@ import pytest
 
 import chamber
 from agent.chamber_client import TOKEN_ENV, ChamberAuthError, ChamberClient, chamber_token
-from agent.loop import run_cell
-from agent.models.anthropic_client import AnthropicClient
 from agent.models.scripted import closed_book
-from agent.prompt import project_claim
 from agent.record import validate_record
-from agent.testserver import serve_scripted
 from conftest import shared_path
 from protocols.api import running_api
 from protocols.claims import load_claims
-from support import SteppingClock
+from support import scripted_cell
 
 TOKEN = "t0ken-for-the-test"
 CLAIM = "dps310-relative-accuracy"
@@ -63,11 +59,10 @@ def test_a_401_says_whether_the_token_was_missing_or_refused(url: str, token: st
 
 def test_a_cell_without_the_token_is_an_engine_error_naming_it(url: str, claims, tmp_path: Path):
     claim = claims[CLAIM]
-    with httpx.Client(base_url=url, timeout=30) as http, serve_scripted(closed_book, project_claim(claim)) as (murl, app):
-        result = run_cell(claim, model=AnthropicClient("m", api_key="k", base_url=murl),
-                          datasheet=shared_path("datasheets", claim.identity.filename), record_dir=tmp_path,
-                          clock=SteppingClock(), chamber=ChamberClient(http))
-        assert app.state.requests == []  # no model turn was spent
+    with httpx.Client(base_url=url, timeout=30) as http:
+        result, requests = scripted_cell(claim, closed_book, ChamberClient(http), tmp_path,
+                                         shared_path("datasheets", claim.identity.filename))
+    assert requests == []  # no model turn was spent
     events = validate_record(result.record)
     assert result.outcome == "engine_error" and "bearer token and none was sent" in events[-1].detail
 
