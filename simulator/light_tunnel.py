@@ -33,9 +33,8 @@ import math
 
 import numpy as np
 
-from firmware_bridge.variables import UNSET, Kind, layout_for
-from simulator.noise import ADC_FULL_SCALE, restore, snapshot, stepper_angle
-from simulator.params import SimParams
+from simulator.noise import ADC_FULL_SCALE, stepper_angle
+from simulator.tunnel_model import TunnelModel
 
 CODE_MAX = 65535.0
 
@@ -64,45 +63,23 @@ UNSET_AT_POWER_ON = frozenset(("red", "green", "blue", "osr_c", "v_c", "osr_angl
 """Actuators the real board reports as -9999 until the host sets them (used when params.power_on_reports_unset)."""
 
 
-class LightTunnelModel:
+class LightTunnelModel(TunnelModel):
     """PhysicsModel of the Mk1 light tunnel (config "standard")."""
 
-    def __init__(
-        self,
-        params: SimParams | None = None,
-        *,
-        config: str = "standard",
-        rng: np.random.Generator | None = None,
-        seed: int = 0,
-    ) -> None:
-        self.params = params or SimParams()
-        self.p = self.params.light_tunnel
-        self.layout = layout_for("lt", config)
-        self.config = config
-        self.rows_per_second = self.p.rows_per_second
-        self._rng = rng if rng is not None else np.random.default_rng(seed)
-        self._rng_state = snapshot(self._rng)
-        self._actuators = [v.name for v in self.layout.variables if v.kind is Kind.ACTUATOR]
-        self._col = {name: i for i, name in enumerate(self.layout.names)}
-        self._power_on = self.params.power_on_settings(self._actuators, POWER_ON)
-        self._code_cols = [self._col[f"{ch}_{k}"] for k in (1, 2, 3) for ch in ("ir", "vis")]
-        self.reset()
+    KIND = "lt"
+    POWER_ON = POWER_ON
+    UNSET_AT_POWER_ON = UNSET_AT_POWER_ON
 
-    def reset(self) -> None:
-        restore(self._rng, self._rng_state)
-        self._settings = dict(self._power_on)
-        unset = self.params.power_on_reports_unset
-        self._reported = {n: (UNSET if unset and n in UNSET_AT_POWER_ON else v) for n, v in self._settings.items()}
-        self._time = 0.0
+    def _setup(self) -> None:
+        self.p = self.params.light_tunnel
+        self.rows_per_second = self.p.rows_per_second
+        self._code_cols = [self._col[f"{ch}_{k}"] for k in (1, 2, 3) for ch in ("ir", "vis")]
 
     def apply(self, name: str, value: float) -> None:
         if name not in self._settings:
             raise KeyError(f"light tunnel has no actuator {name!r}; actuators: {', '.join(self._actuators)}")
         self._settings[name] = float(value)
         self._reported[name] = float(value)
-
-    def state(self) -> dict[str, float]:
-        return dict(self._reported)
 
     # ------------------------------------------------------------------------------------------ physics
     def polarizer_angle(self, k: int) -> float:

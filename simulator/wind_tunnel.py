@@ -51,9 +51,10 @@ import math
 
 import numpy as np
 
-from firmware_bridge.variables import UNSET, Kind, layout_for
-from simulator.noise import SmoothWalk, adc_counts, restore, snapshot, stepper_angle
-from simulator.params import BAROMETERS, SimParams
+from firmware_bridge.variables import UNSET
+from simulator.noise import SmoothWalk, adc_counts, stepper_angle
+from simulator.params import BAROMETERS
+from simulator.tunnel_model import TunnelModel
 
 RAD_PER_RPM = math.pi / 30.0
 
@@ -95,30 +96,21 @@ UNSET_AT_POWER_ON = frozenset(
 """Actuators the real board reports as -9999 until the host sets them (used when params.power_on_reports_unset)."""
 
 
-class WindTunnelModel:
+class WindTunnelModel(TunnelModel):
     """PhysicsModel of the Mk1 wind tunnel (configs "standard" and "pressure-control")."""
 
-    def __init__(
-        self,
-        params: SimParams | None = None,
-        *,
-        config: str = "standard",
-        rng: np.random.Generator | None = None,
-        seed: int = 0,
-    ) -> None:
-        self.params = params or SimParams()
+    KIND = "wt"
+    POWER_ON = POWER_ON
+    UNSET_AT_POWER_ON = UNSET_AT_POWER_ON
+
+    def _setup(self) -> None:
         p = self.params.wind_tunnel
         self.p = p
-        self.layout = layout_for("wt", config)
-        self.config = config
         self.rows_per_second = p.rows_per_second
         self._dt = 1.0 / p.rows_per_second
-        self._rng = rng if rng is not None else np.random.default_rng(seed)
         self._vref_cal = {float(k): float(v) for k, v in p.vref_calibrated.items()}
-        self._actuators = [v.name for v in self.layout.variables if v.kind is Kind.ACTUATOR]
-        self._col = {name: i for i, name in enumerate(self.layout.names)}
-        self._power_on = self.params.power_on_settings(self._actuators, POWER_ON)
-        # Offsets are drawn once from the generator, then its state is kept so reset() replays the same noise.
+        # Offsets are drawn once from the generator, before the base keeps its state, so reset() replays the
+        # same noise after them.
         if p.barometer_offsets_pa is not None:
             self.offsets = np.array([p.barometer_offsets_pa[b] for b in BAROMETERS], dtype=float)
         else:
@@ -126,22 +118,15 @@ class WindTunnelModel:
             drawn = self._rng.uniform(-bound, bound, size=len(BAROMETERS))
             drawn[BAROMETERS.index("ambient")] = 0.0  # the ambient reading is the true ambient
             self.offsets = drawn
-        self._rng_state = snapshot(self._rng)
         self._walk = SmoothWalk(p.ambient_walk_sd_pa, p.ambient_walk_timescale_s, p.ambient_rate_timescale_s, self._dt)
-        self.reset()
 
     # ------------------------------------------------------------------------------------------ contract
-    def reset(self) -> None:
-        """Power-on state: firmware defaults, fans at rest, time 0, generator re-seeded."""
-        restore(self._rng, self._rng_state)
+    def _reset_physics(self) -> None:
+        """Power-on physics: fans at rest, the ambient walk and the controller's memory cleared."""
         self._walk.reset()
-        self._settings = dict(self._power_on)
-        unset = self.params.power_on_reports_unset
-        self._reported = {n: (UNSET if unset and n in UNSET_AT_POWER_ON else v) for n, v in self._settings.items()}
         self._load_override: dict[str, bool] = {"load_in": False, "load_out": False}
         self._omega = {"in": 0.0, "out": 0.0}
         self._last_rpm = {"in": 0.0, "out": 0.0}  # a fan that never turned since power-on reads 0
-        self._time = 0.0
         self._pid_prev_error = 0.0
         self._pid_sum_error = 0.0
         if "input" in self._settings:
@@ -160,9 +145,6 @@ class WindTunnelModel:
                 return
         self._settings[name] = value
         self._reported[name] = value
-
-    def state(self) -> dict[str, float]:
-        return dict(self._reported)
 
     def sample(self, n: int) -> np.ndarray:
         if n < 0:
