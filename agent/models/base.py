@@ -56,20 +56,24 @@ class ToolResultBlock:
 
 
 @dataclass(frozen=True)
-class ImageBlock:
-    """An image in a user message (base64 data), e.g. a rendered datasheet page for the single-pass baseline."""
+class Base64Content:
+    """Bytes sent inline as base64 with their MIME type: what an image and a whole document share."""
 
     mime: str
     data: str
+
+
+@dataclass(frozen=True)
+class ImageBlock(Base64Content):
+    """An image in a user message, e.g. a rendered datasheet page for the single-pass baseline."""
+
     type: Literal["image"] = "image"
 
 
 @dataclass(frozen=True)
-class DocumentBlock:
-    """A whole document in a user message (base64 data), for providers that read PDFs themselves."""
+class DocumentBlock(Base64Content):
+    """A whole document in a user message, for providers that read PDFs themselves."""
 
-    mime: str
-    data: str
     title: str = ""
     type: Literal["document"] = "document"
 
