@@ -220,3 +220,22 @@ def scripted_cell(claim: Any, policy: Any, chamber: Any, record_dir: Path, datas
         result = run_cell(claim, model=AnthropicClient("scripted", api_key="k", base_url=url), datasheet=datasheet,
                           record_dir=record_dir, clock=SteppingClock(), chamber=chamber)
     return result, app.state.requests
+
+
+def engine_error_before_a_turn(claim: Any, chamber_url: str, record_dir: Path, datasheet: Path, *,
+                               timeout_s: float = 30.0) -> str:
+    """Run a closed-book cell against the chamber API at `chamber_url`, which is expected to fail it at session
+    start: check the cell ended as an engine error before any model turn was spent, and return the record's
+    last detail (for the test to check what it names)."""
+    import httpx
+
+    from agent.chamber_client import ChamberClient
+    from agent.models.scripted import closed_book
+    from agent.record import validate_record
+
+    with httpx.Client(base_url=chamber_url, timeout=timeout_s) as http:
+        result, requests = scripted_cell(claim, closed_book, ChamberClient(http), record_dir, datasheet)
+    assert requests == [], f"expected no model turn before the session failed, got {len(requests)} requests"
+    events = validate_record(result.record)
+    assert result.outcome == "engine_error", f"expected outcome engine_error, got {result.outcome}: {result.detail}"
+    return events[-1].detail

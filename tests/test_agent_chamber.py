@@ -25,7 +25,7 @@ from protocols.api import running_api
 from protocols.api.tools import TOOLS
 from protocols.canonical import canonical_json, sha256_hex
 from protocols.claims import load_claims
-from support import scripted_cell
+from support import engine_error_before_a_turn, scripted_cell
 
 CLAIM = "dps310-relative-accuracy"
 TOOL_NAMES = [t.name for t in TOOLS]
@@ -162,9 +162,6 @@ def test_chamber_down_at_session_start_is_an_engine_error(claims, tmp_path):
     finally:
         wt.close()
     claim = claims[CLAIM]
-    with httpx.Client(base_url=url, timeout=2) as http:
-        result, requests = scripted_cell(claim, closed_book, ChamberClient(http), tmp_path,
-                                         shared_path("datasheets", claim.identity.filename))
-    assert requests == []  # no model turn was spent
-    events = validate_record(result.record)
-    assert result.outcome == "engine_error" and "session" in events[-1].detail
+    detail = engine_error_before_a_turn(claim, url, tmp_path, shared_path("datasheets", claim.identity.filename),
+                                        timeout_s=2)
+    assert "session" in detail

@@ -12,12 +12,10 @@ import pytest
 
 import chamber
 from agent.chamber_client import TOKEN_ENV, ChamberAuthError, ChamberClient, chamber_token
-from agent.models.scripted import closed_book
-from agent.record import validate_record
 from conftest import shared_path
 from protocols.api import running_api
 from protocols.claims import load_claims
-from support import scripted_cell
+from support import engine_error_before_a_turn
 
 TOKEN = "t0ken-for-the-test"
 CLAIM = "dps310-relative-accuracy"
@@ -59,12 +57,8 @@ def test_a_401_says_whether_the_token_was_missing_or_refused(url: str, token: st
 
 def test_a_cell_without_the_token_is_an_engine_error_naming_it(url: str, claims, tmp_path: Path):
     claim = claims[CLAIM]
-    with httpx.Client(base_url=url, timeout=30) as http:
-        result, requests = scripted_cell(claim, closed_book, ChamberClient(http), tmp_path,
-                                         shared_path("datasheets", claim.identity.filename))
-    assert requests == []  # no model turn was spent
-    events = validate_record(result.record)
-    assert result.outcome == "engine_error" and "bearer token and none was sent" in events[-1].detail
+    detail = engine_error_before_a_turn(claim, url, tmp_path, shared_path("datasheets", claim.identity.filename))
+    assert "bearer token and none was sent" in detail
 
 
 def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path):
