@@ -6,9 +6,11 @@ parsing, status codes, request ids — so the SDK's base_url is pointed here ins
 by the OS.
 
 The policies themselves are neutral (agent/models/scripted.py); this module is the one place where the scripted
-side speaks the Anthropic wire format: a request body is read into the loop's own `ModelRequest`, the scripted
-model answers it, and its turn is written back as a Messages response body. HTTP carries no claim, so the server
-is given the claim projection (`task`) the policy works from, as the loop gives it in process.
+side speaks HTTP: a request body is read into the loop's own `ModelRequest`, the scripted model answers it, and
+its turn is written back as a Messages response body, both by the translations the real client uses
+(agent/models/anthropic_client.py: request_from_anthropic, anthropic_response), so the two cannot drift. HTTP
+carries no claim, so the server is given the claim projection (`task`) the policy works from, as the loop gives
+it in process.
 """
 
 from __future__ import annotations
@@ -24,95 +26,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agent.models.base import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Message,
-    ModelError,
-    ModelRequest,
-    ModelTurn,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-)
+from agent.models.anthropic_client import WireError, anthropic_response, request_from_anthropic
+from agent.models.base import ModelError
 from agent.models.scripted import Policy, ScriptedHTTPError, ScriptedModel
 from agent.prompt import ClaimView
-from agent.tool import Tool
-
-_WIRE_STOP = {"context_exceeded": "model_context_window_exceeded"}  # the rest are spelled the same on the wire
-
-
-class WireError(ValueError):
-    """A request body this server cannot read as a Messages request."""
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
-
-
-def _images_of(content: Any) -> tuple[tuple[str, str], ...]:
-    if isinstance(content, str):
-        return ()
-    return tuple((b["source"]["media_type"], b["source"]["data"]) for b in content or []
-                 if isinstance(b, dict) and b.get("type") == "image")
-
-
-def _block(item: dict[str, Any]) -> Block | None:
-    kind = item.get("type")
-    if kind == "text":
-        return TextBlock(item.get("text", ""))
-    if kind == "tool_use":
-        return ToolCallBlock(item["id"], item["name"], item.get("input") or {})
-    if kind == "tool_result":
-        content = item.get("content")
-        return ToolResultBlock(item["tool_use_id"], _text_of(content), bool(item.get("is_error")), _images_of(content))
-    if kind == "image":
-        return ImageBlock(item["source"]["media_type"], item["source"]["data"])
-    if kind == "document":
-        return DocumentBlock(item["source"]["media_type"], item["source"]["data"], item.get("title", ""))
-    return None  # thinking and server-tool blocks: nothing a scripted policy reads
-
-
-def request_from_anthropic(body: dict[str, Any]) -> ModelRequest:
-    """A Messages request body → the loop's neutral request (what the scripted model reads)."""
-    try:
-        messages = []
-        for m in body.get("messages") or []:
-            content = m.get("content")
-            items = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-            messages.append(Message(m["role"], [b for b in (_block(i) for i in items) if b is not None]))
-        tools = [Tool(t["name"], t.get("description", ""), t.get("input_schema") or {}) for t in body.get("tools") or []]
-    except (KeyError, TypeError, AttributeError) as e:
-        raise WireError(f"expected a Messages request body (messages with typed content blocks, tools with "
-                        f"names), got a field that does not read as one: {type(e).__name__}: {e}") from e
-    choice = body.get("tool_choice") or {"type": "auto"}
-    system = body.get("system") or ""
-    return ModelRequest(system=_text_of(system), messages=messages, tools=tools,
-                        tool_choice={"name": choice["name"]} if choice.get("type") == "tool" else choice["type"],
-                        max_tokens=int(body.get("max_tokens") or 0))
-
-
-def anthropic_response(turn: ModelTurn, model: str) -> dict[str, Any]:
-    """A scripted turn → a Messages response body."""
-    content: list[dict[str, Any]] = []
-    for b in turn.message.blocks:
-        if isinstance(b, TextBlock):
-            content.append({"type": "text", "text": b.text})
-        elif isinstance(b, ToolCallBlock):
-            content.append({"type": "tool_use", "id": b.id, "name": b.name, "input": b.arguments})
-    u = turn.usage
-    return {
-        "id": turn.response_id, "type": "message", "role": "assistant", "model": model, "content": content,
-        "stop_reason": _WIRE_STOP.get(turn.stop_reason, turn.stop_reason), "stop_sequence": None,
-        # Messages API input_tokens exclude cache reads and writes (the record's include them)
-        "usage": {"input_tokens": (u.input_tokens or 0) - (u.cache_read_input_tokens or 0)
-                  - (u.cache_creation_input_tokens or 0), "output_tokens": u.output_tokens or 0,
-                  "cache_read_input_tokens": u.cache_read_input_tokens or 0,
-                  "cache_creation_input_tokens": u.cache_creation_input_tokens or 0},
-    }
 
 
 def answer(policy: Policy, body: dict[str, Any], task: ClaimView) -> tuple[int, dict[str, Any]]:

@@ -1,8 +1,10 @@
 """Anthropic Messages through the official SDK, plus the pure translations to and from its wire format.
 
-Why the translations are separate functions: the local test server (agent/testserver.py) reads and writes the same
-wire format when it answers the SDK with the scripted policies, so the server and the real SDK path share one
-translation and cannot drift. The in-process scripted model (agent/models/scripted.py) speaks no wire format.
+Why the translations are separate functions, both directions in this one module: the local test server
+(agent/testserver.py) reads requests and writes responses in the same wire format when it answers the SDK with
+the scripted policies, so the server and the real SDK path share one reader and one writer of content blocks, one
+stop-reason table and one usage rule, and cannot drift. The in-process scripted model (agent/models/scripted.py)
+speaks no wire format.
 The SDK's own retries are switched off (max_retries=0) so that every retry is the loop's, and recorded.
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 import anthropic
 
 from agent.models.base import (
+    Block,
     DocumentBlock,
     ImageBlock,
     Message,
@@ -46,6 +49,69 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 
+def block_to_anthropic(b: Block) -> dict[str, Any] | None:
+    """One neutral block → an Anthropic content item (what the SDK sends, and what the test server answers with);
+    None for reasoning, which without a provider signature cannot be resent to Anthropic (it stays in the record)."""
+    if isinstance(b, TextBlock):
+        return {"type": "text", "text": b.text}
+    if isinstance(b, ImageBlock):
+        return {"type": "image", "source": _base64_source(b.mime, b.data)}
+    if isinstance(b, DocumentBlock):
+        doc: dict[str, Any] = {"type": "document", "source": _base64_source(b.mime, b.data)}
+        if b.title:
+            doc["title"] = b.title
+        return doc
+    if isinstance(b, ToolCallBlock):
+        return {"type": "tool_use", "id": b.id, "name": b.name, "input": b.arguments}
+    if isinstance(b, ToolResultBlock):
+        result: Any = b.content
+        if b.images:
+            result = [{"type": "text", "text": b.content}] + [
+                {"type": "image", "source": _base64_source(mime, data)} for mime, data in b.images]
+        return {"type": "tool_result", "tool_use_id": b.call_id, "content": result, "is_error": b.is_error}
+    return None
+
+
+def block_from_anthropic(item: dict[str, Any]) -> Block | None:
+    """One Anthropic content item → a neutral block, in a response (text, tool calls, thinking) or a request
+    (tool results, images, documents); None for kinds the loop does not read (server-tool blocks)."""
+    kind = item.get("type")
+    if kind == "text":
+        return TextBlock(item.get("text", ""))
+    if kind == "tool_use":
+        args = item.get("input")
+        return ToolCallBlock(item["id"], item["name"], args if isinstance(args, dict) else {"_raw": args})
+    if kind == "thinking":
+        return ReasoningBlock(item.get("thinking", ""))
+    if kind == "redacted_thinking":
+        return ReasoningBlock("[redacted thinking]")
+    if kind == "tool_result":
+        content = item.get("content")
+        return ToolResultBlock(item["tool_use_id"], _text_of(content), bool(item.get("is_error")), _images_of(content))
+    if kind == "image":
+        return ImageBlock(item["source"]["media_type"], item["source"]["data"])
+    if kind == "document":
+        return DocumentBlock(item["source"]["media_type"], item["source"]["data"], item.get("title", ""))
+    return None
+
+
+def _base64_source(mime: str, data: str) -> dict[str, str]:
+    return {"type": "base64", "media_type": mime, "data": data}
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _images_of(content: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(content, str):
+        return ()
+    return tuple((b["source"]["media_type"], b["source"]["data"]) for b in content or []
+                 if isinstance(b, dict) and b.get("type") == "image")
+
+
 def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     """Neutral messages → the `messages` array of a Messages request (assistant raw content resent verbatim)."""
     out: list[dict[str, Any]] = []
@@ -53,30 +119,7 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
         if m.role == "assistant" and m.raw is not None and m.raw_provider == PROVIDER:
             out.append({"role": "assistant", "content": m.raw})
             continue
-        content: list[dict[str, Any]] = []
-        for b in m.blocks:
-            if isinstance(b, TextBlock):
-                content.append({"type": "text", "text": b.text})
-            elif isinstance(b, ImageBlock):
-                content.append({"type": "image", "source": {"type": "base64", "media_type": b.mime, "data": b.data}})
-            elif isinstance(b, DocumentBlock):
-                doc: dict[str, Any] = {"type": "document",
-                                       "source": {"type": "base64", "media_type": b.mime, "data": b.data}}
-                if b.title:
-                    doc["title"] = b.title
-                content.append(doc)
-            elif isinstance(b, ToolCallBlock):
-                content.append({"type": "tool_use", "id": b.id, "name": b.name, "input": b.arguments})
-            elif isinstance(b, ToolResultBlock):
-                result: Any = b.content
-                if b.images:
-                    result = [{"type": "text", "text": b.content}] + [
-                        {"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}}
-                        for mime, data in b.images
-                    ]
-                content.append({"type": "tool_result", "tool_use_id": b.call_id, "content": result,
-                                "is_error": b.is_error})
-            # Reasoning without a provider signature cannot be resent to Anthropic; it stays in the record only.
+        content = [item for item in map(block_to_anthropic, m.blocks) if item is not None]
         out.append({"role": m.role, "content": content})
     return out
 
@@ -107,19 +150,8 @@ def to_anthropic_request(request: ModelRequest, model: str) -> dict[str, Any]:
 
 def from_anthropic_response(data: dict[str, Any]) -> tuple[Message, StopReason, str | None, TokenUsage, str | None]:
     """A Messages response body → (assistant message, stop reason, raw stop reason, usage, response model)."""
-    blocks: list[Any] = []
     raw_content = list(data.get("content") or [])
-    for item in raw_content:
-        kind = item.get("type")
-        if kind == "text":
-            blocks.append(TextBlock(item.get("text", "")))
-        elif kind == "tool_use":
-            args = item.get("input")
-            blocks.append(ToolCallBlock(item["id"], item["name"], args if isinstance(args, dict) else {"_raw": args}))
-        elif kind == "thinking":
-            blocks.append(ReasoningBlock(item.get("thinking", "")))
-        elif kind == "redacted_thinking":
-            blocks.append(ReasoningBlock("[redacted thinking]"))
+    blocks = [b for b in map(block_from_anthropic, raw_content) if b is not None]
     raw_stop = data.get("stop_reason")
     stop = _STOP_REASONS.get(raw_stop or "", "other")
     usage = anthropic_usage(data.get("usage"))
@@ -142,6 +174,52 @@ def anthropic_usage(u: Any) -> TokenUsage:
     total = None if fresh is None or read is None or write is None else fresh + read + write
     return TokenUsage(input_tokens=total, output_tokens=reported_int(u.get("output_tokens")),
                  cache_read_input_tokens=read, cache_creation_input_tokens=write, reasoning_output_tokens=thinking)
+
+
+# ------------------------------------------------------------------------- the server's side (agent/testserver.py)
+_WIRE_STOP_REASONS: dict[str, str] = {ours: wire for wire, ours in _STOP_REASONS.items()}
+
+
+class WireError(ValueError):
+    """A request body that cannot be read as a Messages request."""
+
+
+def request_from_anthropic(body: dict[str, Any]) -> ModelRequest:
+    """A Messages request body → the loop's neutral request (what the scripted model behind the test server reads)."""
+    try:
+        messages = []
+        for m in body.get("messages") or []:
+            content = m.get("content")
+            items = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+            messages.append(Message(m["role"], [b for b in map(block_from_anthropic, items) if b is not None]))
+        tools = [Tool(t["name"], t.get("description", ""), t.get("input_schema") or {}) for t in body.get("tools") or []]
+    except (KeyError, TypeError, AttributeError) as e:
+        raise WireError(f"expected a Messages request body (messages with typed content blocks, tools with "
+                        f"names), got a field that does not read as one: {type(e).__name__}: {e}") from e
+    choice = body.get("tool_choice") or {"type": "auto"}
+    system = body.get("system") or ""
+    return ModelRequest(system=_text_of(system), messages=messages, tools=tools,
+                        tool_choice={"name": choice["name"]} if choice.get("type") == "tool" else choice["type"],
+                        max_tokens=int(body.get("max_tokens") or 0))
+
+
+def anthropic_response(turn: ModelTurn, model: str) -> dict[str, Any]:
+    """A turn → a Messages response body (the inverse of from_anthropic_response)."""
+    return {
+        "id": turn.response_id, "type": "message", "role": "assistant", "model": model,
+        "content": [item for item in map(block_to_anthropic, turn.message.blocks) if item is not None],
+        "stop_reason": _WIRE_STOP_REASONS.get(turn.stop_reason, turn.stop_reason), "stop_sequence": None,
+        "usage": usage_to_anthropic(turn.usage),
+    }
+
+
+def usage_to_anthropic(u: TokenUsage) -> dict[str, int]:
+    """TokenUsage → Messages `usage` (the inverse of anthropic_usage: the wire's input_tokens exclude cache reads
+    and writes, the record's include them; an unknown count is sent as 0)."""
+    return {"input_tokens": (u.input_tokens or 0) - (u.cache_read_input_tokens or 0)
+            - (u.cache_creation_input_tokens or 0), "output_tokens": u.output_tokens or 0,
+            "cache_read_input_tokens": u.cache_read_input_tokens or 0,
+            "cache_creation_input_tokens": u.cache_creation_input_tokens or 0}
 
 
 def _is_context_overflow(status: int | None, message: str) -> bool:
