@@ -188,3 +188,22 @@ def provenance(folder: RunFolder, *, finished: datetime, seed: int | None, model
                       finished_utc=_iso(finished), seconds=round((finished - folder.started).total_seconds(), 1),
                       seed=seed, model=model, chambers=[ChamberProvenance(**c) for c in chambers],
                       station=station, limits=limits, claims_sources=claims_sources).model_dump(mode="json")
+
+
+def runs_job(runs_dir: Path) -> dict[str, Any]:
+    """Every run in `runs_dir`'s index (none when there is no index yet), as JSON-ready rows."""
+    path = Path(runs_dir).resolve() / "index.sqlite"
+    if not path.exists():
+        return {"runs": []}
+    with RunIndex(path) as index:
+        return {"runs": [dict(r.__dict__) for r in index.runs()]}
+
+
+def runs_text(d: dict[str, Any], runs_dir: Path) -> str:
+    path = Path(runs_dir).resolve() / "index.sqlite"
+    if not d["runs"] and not path.exists():
+        return f"no runs yet (index {path} does not exist)"
+    counts = lambda c: ", ".join(f"{k} {v}" for k, v in sorted(c.items()))  # noqa: E731
+    return "\n".join([f"{'run':<18} {'status':<9} {'backend':<26} verdicts"]
+                     + [f"{r['run_id']:<18} {r['status']:<9} {r['backend'][:26]:<26} "
+                        f"{counts(r['summary'].get('verdicts', {}))}" for r in d["runs"]])

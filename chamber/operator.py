@@ -136,3 +136,163 @@ def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, histo
             except OSError:
                 pass
     return lines
+
+
+# --------------------------------------------------------------------------------------------- whole commands
+# Each opens the one chamber of a selection (chamber.selection), does its job and leaves the chamber safe; the
+# result is a dict of JSON-ready values with the safe-state outcome, and `*_text` is its text rendering.
+Say = Callable[[str], None]
+
+
+class OperatorRefused(ChamberError, ValueError):
+    """An operator job that cannot go on (WAIT_INPUT with no operator at the terminal)."""
+
+
+class RowMeter:
+    """Rows done, rate and ETA of a measurement or protocol run (chamber.protocol_runner's progress) on a text
+    stream: one redrawn line on a terminal, else a line at most every `every` seconds and at the end."""
+
+    def __init__(self, label: str, stream: TextIO, every: float = 2.0) -> None:
+        self.label, self.stream, self.every, self.tty = label, stream, every, stream.isatty()
+        self._last, self._final_shown = -1e9, False
+
+    def __call__(self, p: Any) -> None:
+        import time
+
+        now = time.monotonic()
+        final = p.rows_done >= p.rows_total
+        due = now - self._last >= (0.2 if self.tty else self.every) or p.waiting_s > 0  # a long WAIT: say so
+        if final and self._final_shown or not final and not due:
+            return
+        self._final_shown, self._last = final, now
+        line = f"{self.label}: {p.render()}"
+        self.stream.write(("\r" + line[:150].ljust(150) + ("\n" if final else "")) if self.tty else line + "\n")
+        self.stream.flush()
+
+
+def safe_state(safe_file: str | Path | None, limits_file: str | Path | None) -> Any:
+    """The safe state of a command: the --safe file, else the limits file's `safe:` section, else the default."""
+    from chamber.limits import load_limits
+    from chamber.safe_state import resolve_safe_state
+
+    return resolve_safe_state(safe_file, load_limits(limits_file) if limits_file else None)
+
+
+def board_selection(backend: str, port: str | None, chamber: str, config: str, seed: int, params: Path | None,
+                    limits: Path | None, boot_timeout: float) -> Any:
+    """The one chamber of an operator command: the serial board at `port`, or the in-process simulator of
+    `chamber`/`config` (chamber.selection.ChamberSelection; its limits file applies to this chamber as given)."""
+    from chamber.selection import selection_of
+
+    return selection_of(backend, [port] if backend == "serial" and port else None, kinds=(chamber,), config=config,
+                        seed=seed, params=params, limits=limits, boot_timeout=boot_timeout, one_chamber=True)
+
+
+def _open_one(selection: Any, warn: Say, safe: Any = None, make_safe: bool = True) -> Any:
+    from chamber.selection import open_chambers
+
+    return open_chambers(selection, safe=safe, make_safe=make_safe, warn=warn)
+
+
+def info_job(selection: Any, *, warn: Say) -> dict[str, Any]:
+    """Connect and describe the board: configuration, variables (kind, unit, allowed values), link counters.
+    Nothing is changed, so no safe state is applied."""
+    with _open_one(selection, warn, make_safe=False) as opened:
+        (chamber,) = opened.chambers.values()
+        variables = [{"name": v.name, "kind": v.kind.value, "unit": v.unit, "allowed": v.describe_allowed()}
+                     for v in chamber.layout.variables]
+        return {"chamber": chamber.layout.chamber, "config": chamber.config, "variables": variables,
+                "link": chamber.link_stats()}
+
+
+def info_text(d: dict[str, Any]) -> str:
+    return "\n".join([f"chamber {d['chamber']}, config {d['config']}, {len(d['variables'])} variables"]
+                     + [f"  {v['name']:<20} {v['kind']:<12} {v['unit']:<11} {v['allowed']}" for v in d["variables"]]
+                     + ["link: " + ", ".join(f"{k}={v}" for k, v in d["link"].items())])
+
+
+def measure_command(selection: Any, n: int, assignments: list[str] | None, *, safe: str | Path | None,
+                    on_progress: Callable[[Any], None], chunk: int, warn: Say) -> dict[str, Any]:
+    """Apply `VAR=VALUE` settings, measure `n` rows (Ctrl-C/SIGTERM stop after the current row, all kept)."""
+    from chamber.stop import stop_on_signals
+
+    settings = parse_assignments(assignments)
+    with stop_on_signals() as stop:
+        opened = _open_one(selection, warn, safe_state(safe, selection.limits))
+        with opened:
+            data = measure_job(next(iter(opened.chambers.values())), n, settings, stop=stop,
+                               on_progress=on_progress, chunk_rows=chunk)
+    return {**data, "safe_state": opened.outcomes[0].to_dict()}
+
+
+def rows_text(d: dict[str, Any]) -> str:
+    return "\n".join([",".join(d["variables"]),
+                      *(",".join("" if v is None else f"{v:g}" for v in row) for row in d["rows"])])
+
+
+def safe_text(outcomes: list[dict[str, Any]]) -> str:
+    """`safe state wt: load_in=0, ...` per chamber, or FAILED with the error."""
+    return "; ".join(f"safe state {o['chamber']}: " + (f"FAILED ({o['error']})" if o["error"] else
+                     ", ".join(f"{k}={v:g}" for k, v in o["applied"].items()) or "nothing to set")
+                     for o in outcomes)
+
+
+def shell_command(selection: Any, *, safe: str | Path | None, stdin: TextIO, stdout: TextIO, stderr: TextIO,
+                  history: Path, warn: Say) -> dict[str, Any]:
+    """The interactive shell on the chamber, left in its safe state afterwards."""
+    opened = _open_one(selection, warn, safe_state(safe, selection.limits))
+    with opened:
+        lines = run_shell(next(iter(opened.chambers.values())), stdin, stdout, stderr, history)
+    return {"lines": lines, "safe_state": opened.outcomes[0].to_dict()}
+
+
+def validate_text(d: dict[str, Any]) -> str:
+    from chamber.protocol_runner import format_duration
+
+    return (f"{d['protocol']}: valid for {d['chamber']}/{d['config']}: {d['instructions']} instructions, "
+            f"{d['rows']} rows, {format_duration(d['wait_s'])} of WAIT")
+
+
+def protocol_command(selection: Any, protocol: Path, output: Path | None, *, validate_only: bool,
+                     chamber: str, config: str, limits: Path | None, safe: str | Path | None, stdin: TextIO,
+                     prompt_to: TextIO, on_progress: Callable[[Any], None], chunk: int, say: Say) -> dict[str, Any]:
+    """Run the protocol file `protocol` on the chamber of `selection` into a CSV (default `<protocol>_<UTC
+    time>.csv`); WAIT_INPUT prompts on `prompt_to` and waits for a line on `stdin`. Syntax is checked before the
+    port is opened; with `validate_only` the protocol is checked offline against the catalogue of
+    `chamber`/`config` and `limits` (validate_offline; `selection` unused, None)."""
+    import time
+
+    from chamber.protocol_language import load_protocol
+    from chamber.stop import stop_on_signals
+
+    protocol_file, protocol = Path(protocol), load_protocol(protocol)
+    if validate_only:
+        return validate_offline(protocol, protocol_file, chamber, config, limits)
+    output = output or Path(f"{protocol_file.stem}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.csv")
+    safe_settings = safe_state(safe, selection.limits)
+
+    def ask(prompt: str) -> None:
+        prompt_to.write(prompt + " [Enter] ")
+        prompt_to.flush()
+        if not stdin.readline():
+            raise OperatorRefused(f"WAIT_INPUT {prompt!r} needs an operator at the terminal, but stdin is closed")
+
+    with stop_on_signals() as stop:
+        opened = _open_one(selection, say, safe_settings)
+        with opened:
+            outcome = protocol_job(next(iter(opened.chambers.values())), protocol, protocol_file, output, stop=stop,
+                                   ask=ask, on_progress=on_progress, chunk_rows=chunk, say=say)
+    return {**outcome.to_dict(), "output": str(output), "safe_state": opened.outcomes[0].to_dict(),
+            "safe_source": safe_settings.source}
+
+
+def protocol_text(d: dict[str, Any]) -> str:
+    """A protocol run's outcome, CSV and safe state (or, for an offline check, validate_text)."""
+    if d.get("valid"):
+        return validate_text(d)
+    state = ("INTERRUPTED at line " + str(d["stopped_at_line"]) if d["interrupted"] else
+             f"FAILED at line {d['stopped_at_line']}: {d['error']['type']}: {d['error']['message']}"
+             if d["error"] else "done")
+    return "\n".join([f"{d['protocol']}: {state}; {d['rows']}/{d['rows_total']} rows in {d['seconds']:.1f} s "
+                      f"({d['instructions_done']}/{d['instructions_total']} instructions)",
+                      f"csv: {d['output']}", safe_text([d["safe_state"]])])

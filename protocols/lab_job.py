@@ -15,7 +15,7 @@ import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TextIO
 
 from protocols.claims import Claim
 from protocols.files import write_json_atomic
@@ -47,6 +47,30 @@ class Quiet:
 
     def say(self, message: str) -> None:
         pass
+
+
+class TextProgress:
+    """A JobProgress drawn on a text stream (the CLI's stderr): a bar per stage, one line redrawn on a terminal,
+    plain lines otherwise; `say` lines as they come."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.label, self.total, self.done = stream, "", 1, 0
+
+    def start(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, max(total, 1), 0
+
+    def advance(self, note: str) -> None:
+        self.done += 1
+        filled = int(30 * self.done / self.total)
+        line = f"{self.label:<12} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {note}"
+        tty = self.stream.isatty()
+        self.stream.write(("\r" + line[:110].ljust(110) + ("\n" if self.done >= self.total else "")) if tty
+                          else line + "\n")
+        self.stream.flush()
+
+    def say(self, message: str) -> None:
+        self.stream.write(message + "\n")
+        self.stream.flush()
 
 
 @dataclass
@@ -165,3 +189,43 @@ def start_chamber_api(stack: contextlib.ExitStack, chambers: Mapping[str, Any], 
     from protocols.api.server import running_api
 
     return stack.enter_context(running_api(chambers, record_dir=run_dir / "api", claims={c.id: c for c in claims}))
+
+
+def open_lab(selection: Any, say: Say, **kinds: Any) -> Any:
+    """Open the chambers of `selection` (chamber.selection.OpenChambers: safe state and close on exit), saying
+    which chamber connected where."""
+    from chamber.selection import open_chambers
+
+    return open_chambers(selection, warn=say, on_connect=lambda kind, c, where: say(
+        f"connected {kind} ({c.config}, {c.layout.row_length} variables) on {where}"))
+
+
+def open_job_chambers(ports: Sequence[str] | None, *, seed: int, limits: str | Path | None,
+                      say: Callable[[str], None]) -> Any:
+    """The main job's chambers: the boards at `ports`, else both emulated boards on ptys (seeded); opened
+    (chamber.selection.OpenChambers: left safe and closed on exit), each connection said."""
+    from chamber.selection import selection_of
+
+    return open_lab(selection_of(None if ports else "emulated", list(ports) if ports else None, seed=seed,
+                                 limits=limits), say)
+
+
+def job_station_file(station: str | None, *, no_station: bool, real_ports: bool) -> str | None:
+    """The station the main job grades with: none with `no_station`, the given file, else the simulated station
+    with emulated boards (none with real chambers)."""
+    from chamber.instruments import sim_station_file
+
+    if no_station:
+        return None
+    return station or (None if real_ports else str(sim_station_file()))
+
+
+def check_job_files(limits: str | Path | None, station: str | Path | None) -> None:
+    """Parse the limits and station files whole (not only read them) before the main job opens anything."""
+    from chamber.instruments.station import load_station_file
+    from chamber.limits import load_limits
+
+    if limits:
+        load_limits(limits)
+    if station:
+        load_station_file(station)

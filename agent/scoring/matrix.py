@@ -2,57 +2,112 @@
 
 Why a thin module: planning, the resume rule (a complete record kept, a cut-short one removed and run again, an
 engine_error one retried up to a cap) and the id scheme are agent.cell_runner's, the same for the main job and
-`extract`. What is the matrix's own: its run folder layout — `OUT/cells/<cell_id>.jsonl` (+ blobs),
-`OUT/extractions/<cell_id>.json`, failed attempts in `OUT/retired/`, then `OUT/scores.json` — and its flat
-counts. With a chamber service every cell that submits its extraction goes on to phase two (over HTTP);
-without one the record says phase two was skipped.
+`extract`; so are the runner's options (run_matrix passes them through rather than repeating them). What is the
+matrix's own: its run folder layout — `OUT/cells/<cell_id>.jsonl` (+ blobs), `OUT/extractions/<cell_id>.json`,
+failed attempts in `OUT/retired/`, `OUT/index.sqlite` (one run row, a row per cell with its fidelity and flags),
+then `OUT/scores.json` — and its flat counts. With a chamber service every cell that submits its extraction goes
+on to phase two (over HTTP); without one the record says phase two was skipped.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from agent.cell_runner import CellDone, CellIndex, PlannedCell, plan_cells, report_json, run_cells
-from agent.chamber_client import ChamberClient
-from agent.loop import Budget
+from agent.cell_runner import CellDone, CellIndex, PlannedCell, plan_cells, report_json, run_cells, score_run
 
 MatrixCell = PlannedCell  # one cell of the matrix: claim, model, arm, repeat (cell_id / run_id follow from them)
 plan = plan_cells
 
 
-def run_matrix(
-    cells: list[PlannedCell],
-    *,
-    claims: Mapping[str, Any],
-    out: Path,
-    datasheets_dir: Path,
-    client_factory: Callable[[str], Any],
-    clock: Callable[[], float],
-    concurrency: int = 2,
-    budget: Budget = Budget(),
-    sleep: Callable[[float], None] | None = None,
-    decoy_for: Callable[[Any], Path] | None = None,
-    progress: Callable[[str], None] | None = None,
-    engine_error_retries: int = 2,
-    chamber: ChamberClient | None = None,
-    clock_for: Callable[[PlannedCell], Callable[[], float]] | None = None,
-    index: CellIndex | None = None,
-) -> dict[str, Any]:
+class MatrixRefused(ValueError):
+    """A matrix request naming what does not exist (claim ids, arms) or a missing datasheet folder."""
+
+
+def run_matrix(cells: list[PlannedCell], *, out: Path, concurrency: int = 2,
+               progress: Callable[[str], None] | None = None, **runner: Any) -> dict[str, Any]:
     """Run every cell the resume rule does not keep under `out`; returns the counts (planned, skipped = kept,
     restarted, retried_engine_error, ran, failed, outcome:<x>, phase_two:<x>), `failures` (cells that raised)
-    and `engine_errors` (cells whose latest record is engine_error). `chamber` (one client, shared: each cell
-    opens its own session) runs phase two; None skips it. `clock_for` gives each cell its own clock (records
-    then independent of concurrency, byte for byte). `index` gets a row per cell (score_run adds the scores)."""
+    and `engine_errors` (cells whose latest record is engine_error). `runner` is agent.cell_runner.run_cells'
+    keywords (claims, datasheets_dir, client_factory, clock, budget, chamber, clock_for, index, ...): with
+    `clock_for` each cell has its own clock (records then independent of concurrency, byte for byte)."""
     out = Path(out)
 
     def said(done: CellDone) -> None:
         if progress is not None and not done.kept and done.error is None:
             progress(f"{done.cell.cell_id}: {done.outcome}")
 
-    report = run_cells(cells, claims=claims, cells_dir=out / "cells", datasheets_dir=datasheets_dir,
-                       client_factory=client_factory, clock=clock, clock_for=clock_for, concurrency=concurrency,
-                       budget=budget, sleep=sleep, chamber=chamber, decoy_for=decoy_for,
-                       engine_error_retries=engine_error_retries, index=index, extractions_dir=out / "extractions",
-                       on_cell=said)
+    report = run_cells(cells, cells_dir=out / "cells", concurrency=concurrency, extractions_dir=out / "extractions",
+                       on_cell=said, **runner)
     return report_json(report)
+
+
+def check_plan(claims: Mapping[str, Any], selected: Sequence[str] | None, arms: Sequence[str]) -> list[str]:
+    """The claim ids of the plan (every claim unless `selected`), refusing unknown ids and arms by name."""
+    from agent.scoring.arms import ARMS
+
+    ids = list(claims) if selected is None else list(selected)
+    unknown = [c for c in ids if c not in claims]
+    if unknown:
+        raise MatrixRefused(f"unknown claim id(s) {unknown}; known: {', '.join(sorted(claims))}")
+    bad = [a for a in arms if a not in ARMS]
+    if bad:
+        raise MatrixRefused(f"unknown arm(s) {bad}; known: {', '.join(ARMS)}")
+    return ids
+
+
+def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Sequence[str] | None,
+               arms: Sequence[str], repeats: int, out: Path, datasheets_dir: Path, prices: Path | None,
+               concurrency: int, max_turns: int, wall_s: float, no_chamber: bool, chamber_url: str | None,
+               chamber_token_file: Path | None, inspect_log: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    """Check the request (ids, arms, every model's key, the datasheet folder) before any cell runs, run the plan
+    into `out` with its index, score it into `out/scores.json` and the index rows; the run's counts, the
+    scores' summary and (with `inspect_log`) one inspect-ai eval log per model."""
+    from agent.extract_job import chamber_for_cells
+    from agent.loop import Budget
+    from agent.models import client_for
+    from agent.runindex import RunIndex
+    from agent.scoring.pricing import load_price_table
+
+    ids = check_plan(claims, selected, arms)
+    for m in models:  # fail before any cell runs when a key is missing
+        client_for(m, os.environ)
+    price_table = load_price_table(prices) if prices else None
+    if not datasheets_dir.exists():
+        raise MatrixRefused(f"datasheet folder {datasheets_dir} not found (give --datasheets or set "
+                            "CHAMBERLAB_SHARED)")
+    cells = plan(list(models), ids, repeats, list(arms))
+    out.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with RunIndex(out / "index.sqlite") as index, contextlib.ExitStack() as stack:
+        where = CellIndex(index, out.name)
+        index.start_run(out.name, out, started, "matrix")
+        status = "failed"
+        try:
+            chamber = chamber_for_cells(stack, no_chamber=no_chamber, chamber_url=chamber_url,
+                                        token_file=chamber_token_file, api_dir=out / "api", claims=claims, say=say)
+            run = run_matrix(cells, out=out, claims=claims, datasheets_dir=datasheets_dir,
+                             client_factory=lambda spec: client_for(spec, os.environ), clock=time.time,
+                             concurrency=concurrency, budget=Budget(max_turns=max_turns, wall_s=wall_s),
+                             sleep=time.sleep, progress=say, chamber=chamber, index=where)
+            scores = score_run([out], out / "scores.json", claims=claims, datasheets_dir=datasheets_dir,
+                               prices=price_table, index=where)
+            status = "finished"
+        finally:
+            index.finish_run(out.name, datetime.now(timezone.utc).isoformat(timespec="seconds"), status,
+                             {"cells": len(cells)})
+    data: dict[str, Any] = {"run": run, "summary": scores["summary"], "out": str(out)}
+    if inspect_log:
+        from agent.inspect_log import export_eval_logs
+
+        records = [out / "cells" / f"{c.cell_id}.jsonl" for c in cells]
+        data["inspect_log"] = [str(p) for p in export_eval_logs([r for r in records if r.exists()], out / "inspect")]
+    return data
+
+
+def matrix_text(d: Mapping[str, Any]) -> str:
+    return f"{d['run']}\nscores: {d['out']}/scores.json; flagged {d['summary']['flagged']}"

@@ -1,0 +1,168 @@
+"""The main job (`run`, `make run`): every argument checked, then the chambers (protocols/lab_job.py), the agent's
+cells over the chamber tools API (agent/agent_job.py), one run folder held by this process (agent/runfolder.py),
+the report, and a summary.
+
+Why here: the job joins the lab part and the agent part, so it lives on the agent floor; it reaches the chambers
+only through protocols/ (opening, grading, the API) and the agent's cells only through HTTP. Every input (model
+spec and key, claim files and ids, limits and station files) is checked before any chamber opens or a run folder
+is made. Ctrl-C or SIGTERM leaves the chambers safe and the index and summary say `interrupted`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from protocols.lab_job import JobProgress, Quiet
+
+
+class MainJobRefused(ValueError):
+    """A main-job request naming claims that are not in the pool it grades."""
+
+
+class MainJob(BaseModel):
+    """What `run` was asked to do (the command line's values, typed)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ports: list[str] | None = None
+    model: str = "scripted:reader"
+    runs_dir: Path
+    resume: Path | None = None
+    new: bool = False
+    rows: int = 200
+    seed: int = 0
+    claim_paths: list[Path] = []
+    selected: list[str] | None = None
+    no_agent: bool = False
+    station: str | None = None
+    no_station: bool = False
+    limits: str | None = None
+    datasheets_dir: Path
+
+
+def no_datasheets(claims: list[Any], datasheets: Path) -> str | None:
+    """Why the agent part cannot run (not one of its claims' datasheets is in `datasheets`), or None if one is."""
+    if any((datasheets / c.identity.filename).exists() for c in claims):
+        return None
+    names = sorted({c.identity.filename for c in claims})
+    return (f"no datasheet in {datasheets} (expected {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}); "
+            f"fetch them with `chamberlab datasheet fetch --all --dir {datasheets}`, or set CHAMBERLAB_SHARED to "
+            "the folder that holds datasheets/")
+
+
+def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any]:
+    """Run the main job; returns its summary (also in run_dir/summary.json and the index), with
+    `interrupted: True` when it was stopped."""
+    from agent.agent_job import run_agent_job
+    from agent.runfolder import open_run_folder, provenance, utc_now
+    from agent.scoring.report import write_report
+    from protocols.claim_sources import CHAMBER_PARTS_DIR, load_checked_claims, load_main_job_claims
+    from protocols.claims import PACKAGED_DIR
+    from protocols.files import write_json_atomic
+    from protocols.lab_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
+                                   start_chamber_api, start_live_view)
+
+    model = None  # a wrong model spec, missing key, claim, limits or station file fails now, before any chamber
+    if not job.no_agent:
+        from agent.models import client_for
+
+        model = client_for(job.model, os.environ)
+    pool = load_checked_claims(job.claim_paths) if job.claim_paths else load_main_job_claims(None)
+    unknown = [c for c in job.selected or () if c not in pool]
+    if unknown:
+        raise MainJobRefused(f"--claims: unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(pool))}")
+    claims = list(pool.values())
+    sources = [str(p) for p in job.claim_paths] or [PACKAGED_DIR, f"protocols/data/{CHAMBER_PARTS_DIR.name}"]
+    station = job_station_file(job.station, no_station=job.no_station, real_ports=bool(job.ports))
+    check_job_files(job.limits, station)
+    agent_claims = [c for c in claims if job.selected is None or c.id in job.selected]  # chamber parts too
+    skipped_agent = None if model is None else no_datasheets(agent_claims, job.datasheets_dir)
+    if skipped_agent:
+        progress.say(f"agent part will be skipped: {skipped_agent}")
+        model = None
+    backend = "serial:" + ",".join(job.ports) if job.ports else "emulated boards on ptys"
+    folder = open_run_folder(job.runs_dir, backend, resume=job.resume, new=job.new)
+    if folder.resumed:
+        progress.say(f"resuming run {folder.run_id} (finished agent cells are kept; --new starts afresh)")
+    summary: dict[str, Any] = {"run_id": folder.run_id, "run_dir": str(folder.run_dir), "backend": backend}
+    where: list[dict[str, Any]] = []
+
+    def record_provenance() -> None:
+        summary["provenance"] = provenance(folder, finished=utc_now(), seed=None if job.ports else job.seed,
+                                           model=None if job.no_agent else job.model, chambers=where,
+                                           station=station, limits=job.limits, claims_sources=sources)
+    status = "failed"
+    try:
+        with contextlib.ExitStack() as stack:
+            opened = stack.enter_context(open_job_chambers(job.ports, seed=job.seed, limits=job.limits,
+                                                           say=progress.say))
+            where += opened.provenance()
+            chambers, summary["live_view"], graded = start_live_view(stack, opened.chambers)
+            progress.say(f"live view: {summary['live_view']}")
+            lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
+                              progress=progress, graded=graded, on_verdicts=lambda checks: [
+                                  folder.index.record_verdict(folder.run_id, r) for r in checks])
+            summary.update(lab.summary)
+            if skipped_agent:
+                summary["agent_skipped"] = skipped_agent
+            if model is not None:
+                summary["agent"] = run_agent_job(
+                    agent_claims, model_spec=job.model, model=model, datasheets_dir=job.datasheets_dir,
+                    run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index, selected=job.selected,
+                    api_url=start_chamber_api(stack, chambers, folder.run_dir, agent_claims), progress=progress)
+        record_provenance()
+        write_json_atomic(folder.run_dir / "summary.json", summary)
+        summary["report"] = str(write_report(folder.run_dir))
+        status = "finished"
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: chambers made safe above; the index and summary say so
+        status = "interrupted"
+        summary["interrupted"] = True
+        record_provenance()
+    finally:
+        summary["seconds"] = round((utc_now() - folder.started).total_seconds(), 1)
+        folder.index.finish_run(folder.run_id, utc_now().isoformat(timespec="seconds"), status, summary)
+        folder.close()
+    return summary
+
+
+def summary_text(d: dict[str, Any]) -> str:
+    """The summary lines `run` ends with (README: "It ends like this")."""
+    lines = ["", f"run {d['run_id']} ({d['backend']}) in {d.get('seconds', '?')} s"]
+    if "verdicts" in d:
+        lines.append("verdicts:   " + ", ".join(f"{k} {v}" for k, v in sorted(d["verdicts"].items())))
+    s = d.get("sweep") or {}
+    if "measured" in s:
+        m = s["measured"]
+        lines.append(f"sweep:      {s['claim_id']} measured {m['value']} ± {m['u']} {m['unit']}, "
+                     f"c = {s['combined_uncertainty']}; verdict changes at bounds {', '.join(s['verdict_changes_at'])}")
+    st = d.get("station")
+    if st:
+        lines.append(f"station:    {len(st['definitive'])} definitive with instruments ("
+                     + ", ".join(f"{k} {v}" for k, v in sorted(st["verdicts"].items())) + ")")
+    for kind, counters in (d.get("link") or {}).items():
+        lines.append(f"link {kind}:    " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+    if d.get("agent_skipped"):
+        lines.append(f"agent:      skipped: {d['agent_skipped']}")
+    a = d.get("agent")
+    if a:
+        lines.append(f"agent:      {a['model']} on {a['cells']} claims ({a['kept_from_earlier']} kept from before): "
+                     + ", ".join(f"{k} {v}" for k, v in a["outcomes"].items()))
+        if a.get("skipped_datasheets"):
+            lines.append(f"            skipped (no datasheet): {', '.join(a['skipped_datasheets'])}")
+        fs = a.get("fidelity_and_flags")
+        if isinstance(fs, dict) and fs:
+            flagged = fs.get("flagged") or {}
+            bound = (f" (one-sided 95 % upper bound {flagged['upper_95']:.3f}; unit: {flagged.get('unit', 'cells')})"
+                     if flagged.get("count") == 0 and flagged.get("upper_95") is not None else "")
+            latency = fs.get("latency_per_cell_mean_s")
+            lines.append(f"scores:     fidelity {fs.get('fidelity_passed')} of {fs.get('cells')} cells; detector flags "
+                         f"{flagged.get('count', 0)} of {flagged.get('n', 0)}{bound}; engine errors "
+                         f"{fs.get('engine_errors', 0)}" + (f"; {latency:.2f} s per cell" if latency else ""))
+    lines.append(f"results:    {d['run_dir']}")
+    lines.append(f"report:     {d.get('report') or Path(d['run_dir']) / 'summary.json'}")
+    return "\n".join(lines)

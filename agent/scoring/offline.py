@@ -1,0 +1,65 @@
+"""`score` and `report` over what is already recorded: no model, no chamber, only files in and files out.
+
+Why its own module: scoring records or run folders offline and writing a run folder's report are the scoring
+floor's jobs; the CLI parses the paths and renders the result (`score_text`, `report_text`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+RUN_FOLDER_FILES = ("summary.json", "checks.json", "station_checks.json", "calibration.json", "sweep.json",
+                    "link.json", "scores.json", "cells")
+"""What a run folder holds; `report` refuses a folder with none of them instead of writing an empty report."""
+
+
+class NotARunFolder(ValueError):
+    """`report` on a folder that holds nothing a run writes."""
+
+
+def score_job(paths: Sequence[Path], *, datasheets_dir: Path, prices: Path | None, no_grounding: bool,
+              out: Path | None) -> dict[str, Any]:
+    """Score record files, run folders or an imported archive (agent.scoring.score) with the price table of the
+    file `prices`; written to `out` if given. The source-grounding search runs unless `no_grounding`, when the
+    datasheet folder exists."""
+    from agent.scoring.pricing import load_price_table
+    from agent.scoring.score import score_paths
+    from protocols.files import json_default
+
+    data = score_paths(list(paths), datasheets_dir=datasheets_dir if datasheets_dir.exists() else None,
+                       prices=load_price_table(prices) if prices else None, ground=not no_grounding)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(data, default=json_default), encoding="utf-8")
+    return data
+
+
+def score_text(d: Mapping[str, Any]) -> str:
+    lines = [f"{c['run_id']}: {c['outcome']} fidelity={c['fidelity'].get('passed')} flags={','.join(c['flags']) or '-'}"
+             for c in d["cells"][:200]]
+    if len(d["cells"]) > 200:
+        lines.append(f"... {len(d['cells']) - 200} more cells (use --json)")
+    s = d["summary"]
+    lines.append(f"cells {s['cells']}, fidelity passed {s['fidelity_passed']}, flagged {s['flagged']}")
+    for key in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total", "clean_cells_flagged", "kappa"):
+        if key in s:
+            lines.append(f"{key}: {s[key]}")
+    return "\n".join(lines)
+
+
+def report_job(run_dir: Path) -> dict[str, Any]:
+    """Write run_dir/report.md, report.html and figures/ from what the run folder holds."""
+    from agent.scoring.report import write_report
+
+    if run_dir.is_dir() and not any((run_dir / n).exists() for n in RUN_FOLDER_FILES):
+        raise NotARunFolder(f"{run_dir}: expected a run folder holding one of {', '.join(RUN_FOLDER_FILES)}; "
+                            "it holds none of them (run `run` or `matrix --out` first)")
+    path = write_report(run_dir)
+    return {"report": str(path), "html": str(path.with_suffix(".html")),
+            "figures": sorted(str(p) for p in (run_dir / "figures").glob("*.png"))}
+
+
+def report_text(d: Mapping[str, Any]) -> str:
+    return f"wrote {d['report']} and {d['html']} ({len(d['figures'])} figures)"

@@ -1,0 +1,214 @@
+"""The grading commands on their own: calibrate, check, sweep and `station check`, each a function of plain values.
+
+Why here and not in the CLI: opening the chambers of a selection, calibrating, grading a batch, sweeping a bound
+and checking a station are protocols-floor work (the runner, the sweep, the station's envelope). Each job takes
+the chamber selection (chamber/selection.py), the files and a `say` sink for progress lines, and returns a dict
+of JSON-ready values; the `*_text` functions beside them are the text renderings the CLI prints without --json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from protocols.claims import Claim, get_claim
+from protocols.lab_job import open_lab
+
+Say = Callable[[str], None]
+
+
+class JobRefused(ValueError):
+    """A grading job that cannot run with what it was given (no wind tunnel to calibrate, no measurement to
+    sweep); the message names what was expected and what arrived."""
+
+
+def lab_selection(backend: str | None, port: list[str] | None, seed: int, limits: str | Path | None,
+                  params: str | Path | None = None, chamber: str = "both") -> Any:
+    """The chambers of a grading command or the service: the boards at the `port` URLs (the kind each announces),
+    else the in-process simulator of `chamber` (wt, lt or both)."""
+    from chamber.selection import selection_of
+
+    kinds = ("wt", "lt") if chamber == "both" else (chamber,)
+    return selection_of(backend, port, seed=seed, params=params, limits=limits, kinds=kinds)
+
+
+def open_station_file(station_file: str | Path | None, say: Say) -> Any:
+    """The opened instrument station of `station_file` (None without one); StationError names the file."""
+    if not station_file:
+        return None
+    from chamber.instruments import open_station
+
+    say(f"opening station {station_file}")
+    return open_station(Path(station_file))
+
+
+@contextlib.contextmanager
+def all_or_nothing(paths: Sequence[Path]) -> Iterator[dict[Path, Path]]:
+    """Write several output files as one: yields {final path: temporary path beside it (same suffix)}; on success
+    each is renamed into place, on any failure every temporary file is removed and no final file is touched."""
+    staged = {p: p.with_name(f".{p.stem}.partial-{os.getpid()}{p.suffix}") for p in paths}
+    try:
+        yield staged
+        for final, tmp in staged.items():
+            os.replace(tmp, final)
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------- calibrate
+def calibrate_job(selection: Any, *, n: int, osr: int, output: str | Path | None, say: Say) -> dict[str, Any]:
+    """Cross-sensor calibration of the wind tunnel's four barometers; the record (written to `output` if given)."""
+    from calibration.records import record_from_calibration, save_record
+    from protocols.runner import calibrate
+
+    with open_lab(selection, say) as opened:
+        if "wt" not in opened.chambers:
+            raise JobRefused("calibration needs the wind tunnel; connected: " + ", ".join(opened.chambers))
+        cal = calibrate(opened.chambers["wt"], n=n, osr=osr, progress=say)
+    record = record_from_calibration(cal, date=datetime.now(timezone.utc))
+    if output:
+        save_record(record, Path(output))
+    return {"record": record.model_dump(mode="json", by_alias=True), "path": output}
+
+
+def calibration_text(d: Mapping[str, Any]) -> str:
+    p = d["record"]["parameters"]
+    return "\n".join([f"cross-sensor mean {p['mean']:.2f} Pa (u {p['mean_u']:.2f} Pa), spread {p['spread']:.2f} Pa"]
+                     + [f"  {k:<18} offset {v:+7.2f} Pa  (u {p['offset_u'][k]:.2f})" for k, v in p["offsets"].items()]
+                     + ([f"record written to {d['path']}"] if d["path"] else []))
+
+
+# --------------------------------------------------------------------------------------------- check
+def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration: str | Path | None,
+              station: str | Path | None, say: Say) -> list[dict[str, Any]]:
+    """Grade `claims` on the chambers of `selection` with the calibration record of the file `calibration` (None:
+    calibrate in the same plan) and the instrument station of the file `station` (None: the chamber alone): one
+    result dict per claim. A bad station file or instrument fails before any staging."""
+    from protocols.lab_job import grade_claims
+
+    record = None
+    if calibration:
+        from calibration.records import load_record
+
+        record = load_record(Path(calibration))
+    instruments = open_station_file(station, say)
+    try:
+        with open_lab(selection, say) as opened:
+            results = grade_claims(claims, opened.chambers, rows=rows, calibration=record, report=say,
+                                   station=instruments)
+    finally:
+        if instruments is not None:
+            instruments.close()
+    return [r.to_dict() for r in results]
+
+
+def check_command(claims: Mapping[str, Claim], claim_id: str | None, all: bool, selection: Any, *, rows: int,
+                  calibration: str | Path | None, station: str | Path | None, say: Say) -> dict[str, Any]:
+    """`check`: one claim of `claims` (its result dict) or, with `all`, every one ({"results": [...]})."""
+    results = check_job(list(claims.values()) if all else [get_claim(claim_id or "", claims)], selection, rows=rows,
+                        calibration=calibration, station=station, say=say)
+    return {"results": results} if all else results[0]
+
+
+def check_text(d: Mapping[str, Any]) -> str:
+    """The table of a `check --all`, or one claim's row and the reason for its verdict."""
+    return check_table_text(d["results"]) if "results" in d else check_table_text([d]) + "\n\n" + d["reason"]
+
+
+def check_table_text(results: Sequence[Mapping[str, Any]]) -> str:
+    """The verdict table: claim, verdict, value ± u, k, matched/unmatched conditions, class; then the counts."""
+    header = f"{'claim':<36} {'verdict':<13} {'value ± u':<28} {'k':>5} {'cond m/u':>8}  class"
+    lines = [header, "-" * len(header)]
+    for r in results:
+        m = r["measured"]
+        value = "—" if not m or m["value"] is None else f"{m['value']} ± {m['u']} {m['unit']}"
+        k = "" if not m or m["k"] is None else f"{m['k']:.2f}"
+        cond = f"{len(r['matched_conditions'])}/{len(r['unmatched_conditions'])}"
+        lines.append(f"{r['claim_id']:<36} {r['verdict']:<13} {value:<28} {k:>5} {cond:>8}  {r['class'] or ''}")
+    counts = sorted(Counter(r["verdict"] for r in results).items())
+    return "\n".join([*lines, "", "  ".join(f"{k}: {v}" for k, v in counts)])
+
+
+# --------------------------------------------------------------------------------------------- sweep
+def sweep_job(claim_id: str, selection: Any, *, measured: str | None, u: str | None, recording: str | Path | None,
+              steps: int, csv: str | None, plot: str | None, say: Say) -> dict[str, Any]:
+    """Hold one measurement fixed (given, from a recorded CSV, or measured live) and move the claim's bound
+    through it; the CSV and the figure are written both or neither."""
+    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
+
+    claim = get_claim(claim_id)
+    if (measured is None) != (u is None):
+        raise JobRefused(f"a given measurement needs both its value and its u; got value {measured}, u {u}")
+    if measured is not None and u is not None:
+        value, unc, unit, dof = measured, u, claim.unit, float("inf")
+    else:
+        m = sweep_measurement(claim, selection, recording, say)
+        value, unc, unit, dof = m.value, m.u, m.unit, m.dof
+    result = sweep(claim, value, unc, unit=unit, steps=steps, dof=dof)
+    with all_or_nothing([Path(p) for p in (csv, plot) if p]) as staged:
+        if csv:
+            write_sweep_csv(result, staged[Path(csv)])
+        if plot:
+            plot_sweep(result, staged[Path(plot)])
+    return {**result.to_dict(), "files": {"csv": csv, "plot": plot}}
+
+
+def sweep_measurement(claim: Claim, selection: Any, recording: str | Path | None, say: Say) -> Any:
+    """The fixed measurement of a sweep: from a recorded CSV (refused naming the rows: unset readings, fans on),
+    or measured live with the claim's protocol."""
+    from protocols.lab_job import grade_claims
+
+    if recording:
+        from protocols.recorded import operating_range_from_recording
+
+        return operating_range_from_recording(claim, Path(recording))
+    with open_lab(selection, say) as opened:
+        (result,) = grade_claims([claim], opened.chambers, rows=200, report=say)
+    if result.measurement is None or result.measurement.value is None:
+        raise JobRefused(f"{claim.id}: the protocol gave no measurement to sweep ({result.verdict.reason})")
+    return result.measurement
+
+
+def sweep_text(d: Mapping[str, Any]) -> str:
+    m = d["measured"]
+    return "\n".join([f"{d['claim_id']}: measured {m['value']} ± {m['u']} {m['unit']}, "
+                      f"c = {d['combined_uncertainty']}", f"{'bound':>24} {'distance':>22}  verdict"]
+                     + [f"{r['bound']:>24} {r['distance']:>22}  {r['verdict']}" for r in d["rows"]])
+
+
+# --------------------------------------------------------------------------------------------- station check
+def station_check_job(station_file: str | Path, *, claims: bool) -> dict[str, Any]:
+    """Each instrument's *IDN? and certificate against the station file; with `claims`, also which packaged
+    claims the station makes gradable (the envelope)."""
+    from chamber.instruments import check_station, open_station
+
+    report = check_station(Path(station_file))
+    if claims and report["ok"]:
+        from protocols.claims import load_claims
+        from protocols.instrument_protocols import gradable_envelope
+
+        with open_station(Path(station_file)) as station:
+            report["envelope"] = gradable_envelope(load_claims(), station)
+    return report
+
+
+def station_text(d: Mapping[str, Any]) -> str:
+    lines = [f"station {d['station']} ({d['backend']}): {'OK' if d['ok'] else 'NOT OK'}"]
+    for r in d["instruments"]:
+        status = "ok " if r["ok"] else "BAD"
+        lines.append(f"  {status} {r['name']:<16} {r['kind']:<22} {r['resource']:<18} "
+                     + (r["idn"] or "no *IDN? reply") + ("" if r["ok"] else f"\n      {r['error']}"))
+    for r in d["rails"]:
+        lines.append(f"  rail {r['name']}: {r['instrument']} -> {r['component']} ({r['chamber']}: "
+                     f"{', '.join(r['reads'])})")
+    for r in d["positions"]:
+        lines.append(f"  position {r['name']}: {r['instrument']} -> {r['component']} ({r['chamber']})")
+    for e in d.get("envelope", []):
+        mark = "gradable" if e["gradable_with_station"] else "not gradable"
+        lines.append(f"  {e['claim_id']:<36} {mark:<13} {e['note']}")
+    return "\n".join(lines)

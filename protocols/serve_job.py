@@ -1,0 +1,85 @@
+"""`serve`: the chamber tools API in front of the connected chambers until SIGINT/SIGTERM, then left safe.
+
+Why its own module: refusing an unsafe bind before anything opens (a non-loopback address needs a token), opening
+the chambers, serving the API under uvicorn and removing a record folder it made if it fails are one job of the
+protocols floor; the CLI passes plain values and renders the `on_ready` data (`serve_text`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from protocols.lab_job import open_lab
+
+
+def serve_job(selection: Any, *, host: str, listen_port: int, token: str | None, claims: Mapping[str, Any],
+              limits: Path | str | None, record: Path, lease_timeout: float, lease_max_hold: float,
+              max_sessions: int, session_idle: float, allowed_host: Sequence[str], verbose: bool,
+              on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None]) -> None:
+    """Serve the API over the chambers of `selection` until a signal; folders of `record` made here are removed
+    again when serving fails (nothing half-made stays). `token` (protocols.api.resolve_token) is checked by the
+    caller before anything opens: a non-loopback bind without one never starts."""
+    import threading
+
+    stop = threading.Event()
+    made = [d for d in (record, *record.parents) if not d.exists()]
+    try:
+        _serve_until(selection, stop, token, claims, host=host, listen_port=listen_port, limits=limits,
+                     record=record, lease_timeout=lease_timeout, lease_max_hold=lease_max_hold,
+                     max_sessions=max_sessions, session_idle=session_idle, allowed_hosts=tuple(allowed_host),
+                     verbose=verbose, on_ready=on_ready, say=say)
+    except BaseException:
+        for folder in made:  # deepest first; rmdir removes only what is still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _serve_until(selection: Any, stop: Any, token: str | None, claims: Mapping[str, Any], *, host: str,
+                 listen_port: int, limits: Any, record: Path, lease_timeout: float, lease_max_hold: float,
+                 max_sessions: int, session_idle: float, allowed_hosts: tuple[str, ...], verbose: bool,
+                 on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None]) -> None:
+    import signal
+
+    from protocols.api import create_app
+    from protocols.api.server import serve_in_thread
+
+    with open_lab(selection, say) as opened:  # safe state, then close, on exit
+        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            app = create_app(opened.chambers, limits=limits, record_dir=record, token=token,
+                             lease_timeout_s=lease_timeout, claims=claims, lease_max_hold_s=lease_max_hold,
+                             max_sessions=max_sessions, session_idle_s=session_idle, allowed_hosts=allowed_hosts)
+            with serve_in_thread(app, host=host, port=listen_port, log_level="info" if verbose else "warning") as url:
+                on_ready({"url": url, "openapi": f"{url}/openapi.json", "live_view": f"{url}/",
+                          "chambers": sorted(opened.chambers), "record_dir": str(record),
+                          "auth": "bearer token" if token else "none (loopback only)",
+                          "lease_timeout_s": lease_timeout, "lease_max_hold_s": lease_max_hold,
+                          "max_sessions": max_sessions, "session_idle_s": session_idle,
+                          "allowed_hosts": list(allowed_hosts), "pid": os.getpid()})
+                stop.wait()
+                say("stopping the chamber tools API")
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+
+def serve_text(d: Mapping[str, Any]) -> str:
+    return (f"serving the chamber tools API at {d['url']} (chambers: {', '.join(d['chambers'])}; auth: {d['auth']}; "
+            f"records: {d['record_dir']})\nlive view: {d['live_view']}\nstop with Ctrl-C")
+
+
+def simulated_service(stack: contextlib.ExitStack, api_dir: Path, claims: Mapping[str, Any],
+                      say: Callable[[str], None]) -> str:
+    """Both simulated chambers behind the chamber tools API on 127.0.0.1 (a free port), closed with `stack`: the
+    phase-two service of `extract` and `matrix` when no --chamber-url is given."""
+    from chamber.selection import ChamberSelection, open_chambers
+    from protocols.api.server import running_api
+
+    opened = stack.enter_context(open_chambers(ChamberSelection(backend="sim")))
+    url = stack.enter_context(running_api(opened.chambers, record_dir=api_dir, claims=claims))
+    say(f"chamber tools API on the simulator at {url}")
+    return url

@@ -1,0 +1,82 @@
+"""The simulator's commands: serve an emulated Mk1 board until stopped, and fit parameters to a recorded CSV.
+
+Why here: both read a parameter file with the one settings reader (chamber.selection.read_params, YAML or JSON,
+checked against the simulator's model), drive simulator/ below and write their output whole (protocols.files);
+the CLI only parses and renders. `fit_text` is the fit's text rendering.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from chamber.errors import ChamberError
+from protocols.files import write_json_atomic
+
+
+class FaultsError(ChamberError, ValueError):
+    """A --faults value that is not a JSON object of BoardFaults fields."""
+
+
+def serve_board(*, chamber: str, config: str, transport: str, seed: int, params: Path | None, faults: str | None,
+                pace: str, window: int, host: str, listen_port: int, on_ready: Callable[[dict[str, Any]], None],
+                say: Callable[[str], None]) -> None:
+    """Serve an emulated board until SIGINT/SIGTERM; `on_ready` gets its URL and settings before serving."""
+    import signal
+    import threading
+
+    from chamber.selection import read_params
+    from simulator.board import make_board
+    from simulator.board_protocol import BoardFaults
+
+    try:
+        switches = BoardFaults(**json.loads(faults)) if faults else None
+    except (ValueError, TypeError) as exc:
+        raise FaultsError(f"--faults: expected a JSON object of BoardFaults fields: {exc}") from exc
+    board = make_board(chamber, transport=transport, seed=seed, config=config, params=read_params(params),
+                       faults=switches, pace=pace, window=window, host=host, port=listen_port)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    on_ready({"url": board.url, "chamber": chamber, "config": config, "transport": transport, "seed": seed,
+              "pace": pace, "window": window, "pid": os.getpid()})
+    say(f"emulated {chamber}/{config} board serving on {board.url} (seed {seed}, {pace}); stop with Ctrl-C or "
+        "SIGTERM")
+    try:
+        board.serve(stop)
+    finally:
+        board.transport.close()
+
+
+def fit_job(recording: str | Path, output: Path, base: str | Path | None) -> dict[str, Any]:
+    """Fit simulator parameters to a recorded CSV (from `base`, YAML or JSON, if given) and write them to `output`."""
+    from chamber.selection import read_params
+    from simulator.fit import fit_recording
+    from simulator.params import dump_params, params_from
+
+    start = params_from(read_params(base)) if base else None
+    result = fit_recording(recording, base=start)
+    write_json_atomic(Path(output), dump_params(result.params))
+    return {"output": str(output), "source": result.params.source, "fit": result.report}
+
+
+def fit_text(d: dict[str, Any]) -> str:
+    fit = d["fit"]
+    lines = [f"wrote {d['output']} ({fit['layout']}, {fit['rows']} rows)"]
+    if "offsets_pa" in fit:
+        lines.append(f"barometer offsets, Pa ({fit['offsets_reference']}):")
+        lines += [f"  {unit:<9} {value:+8.3f}" for unit, value in fit["offsets_pa"].items()]
+        lines.append("noise RMS by oversampling, Pa (pooled over units):")
+        lines += [f"  osr {osr}: {value:.3f}" for osr, value in fit["noise_pa_by_osr"].items()]
+        if fit["osr_kept_default"]:
+            lines.append(f"  not in recording, defaults kept: osr {fit['osr_kept_default']}")
+    for channel in ("ir", "vis"):
+        c = fit.get(channel)
+        if c and c.get("fitted"):
+            lines.append(f"{channel}: diode gains [{', '.join(f'{g:.3f}' for g in c['diode_gains'])}], t gains "
+                         f"[{', '.join(f'{g:.3f}' for g in c['t_gains'])}] ({c['reference']})")
+        elif c:
+            lines.append(f"{channel}: not fitted ({c['reason']})")
+    return "\n".join(lines)
