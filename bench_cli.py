@@ -15,12 +15,14 @@ commands), commands(), and the error rendering; progress goes to stderr only, so
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import math
 import os
 import sys
 from decimal import Decimal
+from importlib import import_module as lib  # a library module, imported when its command runs (fast --help)
 from pathlib import Path
 from typing import Any, Callable
 
@@ -103,34 +105,19 @@ def say(message: str) -> None:
     sys.stderr.flush()
 
 
-def rows_meter(label: Callable[[Args], str]) -> Callable[[Args], Any]:
-    from chamber.operator import RowMeter
-
-    return lambda a: RowMeter(label(a), sys.stderr)
-
-
 # ----------------------------------------------------------------------------------------------- options
 def opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return flags, kw
 
 
-def _claims(ids: bool) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
-    """`--claims PATH` (repeatable): the user's claim files instead of the packaged set; with `ids`, a value may
-    also be `all` or comma-separated claim ids (run and matrix selected claims this way before)."""
-    extra = "; or all | comma-separated claim ids to select" if ids else ""
-    return [opt("--claims", action="append", default=None, metavar="PATH" + ("|IDS" if ids else ""),
-                help="a claim file or folder of them (repeatable; default: the packaged claims)" + extra)]
-
-
-SIM = "(sim backend)"
+SIM, CLAIMS = "(sim backend)", "a claim file or folder of them (repeatable; default: the packaged claims)"
 OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "board": [  # chamber info|measure|run|shell: one chamber, serial or in-process
         opt("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port"),
         opt("--backend", choices=["serial", "sim"], default="serial",
             help="serial: the board at --port (default); sim: the simulator in this process"),
         opt("--chamber", choices=["wt", "lt"], default="wt", help=SIM), opt("--config", default="standard", help=SIM),
-        opt("--seed", type=int, default=0, help=SIM),
-        opt("--params", type=Path, help=f"{SIM} YAML/JSON physics parameters"),
+        opt("--seed", type=int, default=0, help=SIM), opt("--params", type=Path, help=f"{SIM} YAML/JSON parameters"),
         opt("--limits", type=Path, help="operator limits file (YAML or JSON)"),
         opt("--boot-timeout", type=seconds, default=6.0, help="seconds to wait for the board's announcement")],
     "bench": [  # the board commands that change something
@@ -148,10 +135,11 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         opt("--limits", default=None, help="operator limits file (YAML/JSON) enforced by the driver"),
         opt("--station", default=None, metavar="STATION_FILE",
             help="lab instruments (SMU, reference barometer, temperature controller) to grade more claims")],
-    "claims": _claims(False), "claim-ids": _claims(True),
+    "claims": [opt("--claims", action="append", metavar="PATH", help=CLAIMS)],  # the user's claims, not the packaged
+    "claim-ids": [opt("--claims", action="append", metavar="PATH|IDS",  # run/matrix also select claims by id
+                      help=CLAIMS + "; or all | comma-separated claim ids to select")],
     "phase-two": [  # extract, matrix: the chamber service of the cells' phase two
-        opt("--chamber-url", default=None,
-            help="chamber tools API base URL for phase two (default: an in-process service on the simulator)"),
+        opt("--chamber-url", help="chamber tools API URL for phase two (default: an in-process one on the simulator)"),
         opt("--no-chamber", action="store_true", help="phase one only: no chamber tools"),
         opt("--chamber-token-file", type=Path, default=None, metavar="PATH",
             help="file holding the chamber service's bearer token (else env CHAMBERLAB_CHAMBER_TOKEN; needed for "
@@ -159,8 +147,7 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         opt("--max-turns", type=POSITIVE, default=30, help="most model turns per cell (default 30)"),
         opt("--wall-s", type=seconds, default=900.0, help="wall-time budget per cell, seconds (default 900)")],
     "scoring": [
-        opt("--datasheets", type=Path, default=None,
-            help="folder of the datasheet PDFs for the source-grounding check (default: shared/datasheets)"),
+        opt("--datasheets", type=Path, help="PDF folder for the source-grounding check (default: shared/datasheets)"),
         opt("--prices", type=Path, default=None, help="price table (JSON/YAML) for cost per cell")],
     "pdf": [opt("pdf", type=Path, help="the datasheet PDF")],
     "page": [opt("page", type=POSITIVE, help="page number (1-based)")],
@@ -193,18 +180,9 @@ def serve_token(a: Args) -> str | None:
     return token
 
 
-def lib(module: str) -> Any:
-    """A library module, imported when a command runs (so that --help stays fast)."""
-    import importlib
-
-    return importlib.import_module(module)
-
-
 def bind(target: str, a: Args, **extra: Any) -> Any:
     """Call the library function `module:function` with each parsed option whose dest names one of its
     parameters, the stderr sink as `say`/`warn`, and `extra` (which wins)."""
-    import inspect
-
     module, name = target.split(":")
     function = getattr(lib(module), name)
     given = {**vars(a), "say": say, "warn": say, **extra}
@@ -231,47 +209,23 @@ def job(target: str, render: str | Callable[[Args, dict[str, Any]], str | None] 
     return handler
 
 
-def measured_rows(a: Args, d: dict[str, Any]) -> str:
-    from chamber.operator import rows_text, safe_text
-
-    if d["interrupted"]:
-        say(f"interrupted after {len(d['rows'])} of {a.n} rows (all kept)")
-    say(safe_text([d["safe_state"]]))
-    return rows_text(d)
-
-
-def cmd_run(a: Args) -> int:
-    from agent.main_job import MainJob, run_main_job, summary_text
-    from protocols.claim_sources import split_claims_args
-    from protocols.lab_job import TextProgress
-
-    paths, selected = split_claims_args(a.claims)
-    d = run_main_job(MainJob(ports=a.port, model=a.model, runs_dir=a.runs_dir, resume=a.resume, new=a.new,
-                             rows=a.rows, seed=a.seed, claim_paths=paths, selected=selected, no_agent=a.no_agent,
-                             station=a.station, no_station=a.no_station, limits=a.limits,
-                             datasheets_dir=shared_dir() / "datasheets"), TextProgress(sys.stderr))
-    return show(a, d, summary_text, 130 if d.get("interrupted") else 0)
-
-
-def listed(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def sheets(a: Args) -> Path:
-    return getattr(a, "datasheets", None) or shared_dir() / "datasheets"
-
-
 def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
     """Every command: its words, help, handler and options (a group name from OPTIONS, or one opt(...))."""
     from firmware_bridge.variables import OSR_LEVELS
     from protocols.api.lease import DEFAULT_MAX_HOLD_S as HOLD
     from protocols.api.sessions import DEFAULT_MAX_SESSIONS as SESSIONS, DEFAULT_SESSION_IDLE_S as IDLE
 
+    board_of, lab_of = "chamber.operator:board_selection", "protocols.check_job:lab_selection"  # chambers of a command
     ds, claims, flag = "agent.datasheet_job", lambda a: claims_from_args(a)[0], {"action": "store_true"}
+    sheets = lambda a: getattr(a, "datasheets", None) or shared_dir() / "datasheets"  # noqa: E731
+    listed = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     rows = opt("--rows", type=POSITIVE, default=200, help="rows per measurement (default 200)")
     claim_id, out = opt("claim_id", help="claim id (see protocols/data/claims/)"), opt("-o", "--output", type=Path)
     return [
-        ("run", "the main job: chambers, calibration, all checks, the sweep, the agent, scores, report", cmd_run, [
+        ("run", "the main job: chambers, calibration, all checks, the sweep, the agent, scores, report",
+         job("agent.main_job:run_main_job", "summary_text", lambda d: 130 if d.get("interrupted") else 0,
+             job=lambda a: lib("agent.main_job").MainJob.pick({**vars(a), "datasheets_dir": sheets(a)}),
+             progress=lambda a: lib("protocols.lab_job").TextProgress(sys.stderr)), [
             opt("--port", action="append", metavar="URL", help="real chamber(s) instead of the emulated boards "
                 "(repeat for wind + light tunnel)"), "runs-dir", "claim-ids", rows,
             opt("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)"),
@@ -287,18 +241,18 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             lib("agent.runfolder").runs_text(d, a.runs_dir))),
          [opt("action", choices=["list"], help="list: every run in the index"), "runs-dir"]),
         ("calibrate", "cross-sensor calibration of the wind tunnel's four DPS310 barometers",
-         job("protocols.check_job:calibrate_job", "calibration_text", selection="protocols.check_job:lab_selection"), [
+         job("protocols.check_job:calibrate_job", "calibration_text", selection=lab_of), [
             "lab", opt("-n", type=POSITIVE, default=200, help="rows measured after settling (default 200)"),
             opt("--osr", type=int, default=8, choices=OSR_LEVELS, help="barometer oversampling (default 8)"),
             opt("-o", "--output", help="write the calibration record (JSON) here")]),
         ("check", "grade a claim (or --all) on the chamber: pass / inconclusive / fail with u",
-         job("protocols.check_job:check_command", "check_text", claims=claims, selection="protocols.check_job:lab_selection",
+         job("protocols.check_job:check_command", "check_text", claims=claims, selection=lab_of,
              refuse=lambda a: "give one CLAIM_ID or --all" if bool(a.all) == bool(a.claim_id) else None), [
             opt("claim_id", nargs="?", help="claim id (see protocols/data/claims/)"), "claims", "lab", rows,
             opt("--all", **flag, help="check every claim and print a table"),
             opt("--calibration", help="a calibration record to use (default: calibrate first)")]),
         ("sweep", "hold one measurement fixed and move the claim's bound through it",
-         job("protocols.check_job:sweep_job", "sweep_text", selection="protocols.check_job:lab_selection"), [
+         job("protocols.check_job:sweep_job", "sweep_text", selection=lab_of), [
             opt("claim_id", help="claim id whose bound is swept (e.g. dps310-operating-range)"), "lab",
             opt("--measured", type=decimal_value, help="a given measured value (in the claim's unit)"),
             opt("--u", type=decimal_value, help="its standard uncertainty (with --measured)"),
@@ -327,18 +281,20 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("-o", "--output", required=True, help="parameter file to write (JSON; `sim serve --params`)"),
             opt("--base", help="parameter file (YAML or JSON) to start from (default: built-in defaults)")]),
         ("chamber info", "connect, and show the board's configuration and variables",
-         job("chamber.operator:info_job", "info_text", selection="chamber.operator:board_selection"), ["board"]),
+         job("chamber.operator:info_job", "info_text", selection=board_of), ["board"]),
         ("chamber measure", "apply settings, then measure N checked rows",
-         job("chamber.operator:measure_command", measured_rows, lambda d: 130 if d["interrupted"] else 0,
-             selection="chamber.operator:board_selection", assignments=lambda a: a.set, on_progress=rows_meter(lambda a: "measure")), [
+         job("chamber.operator:measure_command", lambda a, d: lib("chamber.operator").measure_text(d, a.n, say),
+             lambda d: 130 if d["interrupted"] else 0,
+             selection=board_of, assignments=lambda a: a.set,
+             on_progress=lambda a: lib("chamber.operator").RowMeter("measure", sys.stderr)), [
             opt("-n", type=POSITIVE, required=True, help="number of rows"), "board", "bench",
             opt("--set", action="append", metavar="VAR=VALUE", help="a setting applied before measuring")]),
         ("chamber run", "run an experiment protocol file (the chamber authors' language) into a CSV",
          job("chamber.operator:protocol_command", "protocol_text",
              lambda d: 2 if d.get("error") else 130 if d.get("interrupted") else 0,
-             selection=lambda a: None if a.validate_only else bind("chamber.operator:board_selection", a),
+             selection=lambda a: None if a.validate_only else bind(board_of, a),
              stdin=lambda a: sys.stdin, prompt_to=lambda a: sys.stderr,
-             on_progress=rows_meter(lambda a: a.protocol.stem)), [
+             on_progress=lambda a: lib("chamber.operator").RowMeter(a.protocol.stem, sys.stderr)), [
             opt("protocol", type=Path, help="protocol file: SET/MSR/WAIT/WAIT_INPUT/RST lines, # comments"),
             opt(*out[0], **out[1], help="CSV to write (default: <protocol name>_<UTC time>.csv here)"),
             opt("--validate-only", **flag,
@@ -346,7 +302,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             "board", "bench"]),
         ("chamber shell", "an interactive SET/MSR/WAIT/RST prompt (checked before sending; Tab completes names)",
          job("chamber.operator:shell_command", lambda a, d: say(lib("chamber.operator").safe_text(
-             [d["safe_state"]])), selection="chamber.operator:board_selection", stdin=lambda a: sys.stdin,
+             [d["safe_state"]])), selection=board_of, stdin=lambda a: sys.stdin,
              stdout=lambda a: sys.stdout, stderr=lambda a: sys.stderr), [
             opt("--history", type=Path, default=Path.home() / ".chamberlab_history",
                 help="readline history file (default ~/.chamberlab_history)"), "board", "bench"]),
@@ -395,7 +351,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--extra-body", metavar="JSON", help="chat completions only: a JSON object merged into each request, "
                 "e.g. '{\"chat_template_kwargs\": {\"enable_thinking\": false}}'")]),
         ("serve", "serve the chamber tools API over HTTP (loopback by default)",
-         job("protocols.serve_job:serve_job", token=serve_token, claims=claims, selection="protocols.check_job:lab_selection",
+         job("protocols.serve_job:serve_job", token=serve_token, claims=claims, selection=lab_of,
              on_ready=lambda a: lambda d: show(a, d, lib("protocols.serve_job").serve_text)), [
             opt("--host", default="127.0.0.1",
                 help="bind address (default 127.0.0.1); any non-loopback address needs a bearer token"),

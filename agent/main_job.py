@@ -29,20 +29,24 @@ class MainJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ports: list[str] | None = None
+    port: list[str] | None = None  # real chambers' URLs; None: the emulated boards
     model: str = "scripted:reader"
     runs_dir: Path
     resume: Path | None = None
     new: bool = False
     rows: int = 200
     seed: int = 0
-    claim_paths: list[Path] = []
-    selected: list[str] | None = None
+    claims: list[str] | None = None  # --claims values: claim files or folders, or `all` / claim ids to select
     no_agent: bool = False
     station: str | None = None
     no_station: bool = False
     limits: str | None = None
     datasheets_dir: Path
+
+    @classmethod
+    def pick(cls, options: dict[str, Any]) -> "MainJob":
+        """The job of a command line's parsed options (those named like its fields)."""
+        return cls(**{k: v for k, v in options.items() if k in cls.model_fields})
 
 
 def no_datasheets(claims: list[Any], datasheets: Path) -> str | None:
@@ -67,25 +71,28 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     from protocols.lab_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
                                    start_chamber_api, start_live_view)
 
+    from protocols.claim_sources import split_claims_args
+
+    ports, (claim_paths, selected) = job.port, split_claims_args(job.claims)
     model = None  # a wrong model spec, missing key, claim, limits or station file fails now, before any chamber
     if not job.no_agent:
         from agent.models import client_for
 
         model = client_for(job.model, os.environ)
-    pool = load_checked_claims(job.claim_paths) if job.claim_paths else load_main_job_claims(None)
-    unknown = [c for c in job.selected or () if c not in pool]
+    pool = load_checked_claims(claim_paths) if claim_paths else load_main_job_claims(None)
+    unknown = [c for c in selected or () if c not in pool]
     if unknown:
         raise MainJobRefused(f"--claims: unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(pool))}")
     claims = list(pool.values())
-    sources = [str(p) for p in job.claim_paths] or [PACKAGED_DIR, f"protocols/data/{CHAMBER_PARTS_DIR.name}"]
-    station = job_station_file(job.station, no_station=job.no_station, real_ports=bool(job.ports))
+    sources = [str(p) for p in claim_paths] or [PACKAGED_DIR, f"protocols/data/{CHAMBER_PARTS_DIR.name}"]
+    station = job_station_file(job.station, no_station=job.no_station, real_ports=bool(ports))
     check_job_files(job.limits, station)
-    agent_claims = [c for c in claims if job.selected is None or c.id in job.selected]  # chamber parts too
+    agent_claims = [c for c in claims if selected is None or c.id in selected]  # chamber parts too
     skipped_agent = None if model is None else no_datasheets(agent_claims, job.datasheets_dir)
     if skipped_agent:
         progress.say(f"agent part will be skipped: {skipped_agent}")
         model = None
-    backend = "serial:" + ",".join(job.ports) if job.ports else "emulated boards on ptys"
+    backend = "serial:" + ",".join(ports) if ports else "emulated boards on ptys"
     folder = open_run_folder(job.runs_dir, backend, resume=job.resume, new=job.new)
     if folder.resumed:
         progress.say(f"resuming run {folder.run_id} (finished agent cells are kept; --new starts afresh)")
@@ -93,13 +100,13 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     where: list[dict[str, Any]] = []
 
     def record_provenance() -> None:
-        summary["provenance"] = provenance(folder, finished=utc_now(), seed=None if job.ports else job.seed,
+        summary["provenance"] = provenance(folder, finished=utc_now(), seed=None if ports else job.seed,
                                            model=None if job.no_agent else job.model, chambers=where,
                                            station=station, limits=job.limits, claims_sources=sources)
     status = "failed"
     try:
         with contextlib.ExitStack() as stack:
-            opened = stack.enter_context(open_job_chambers(job.ports, seed=job.seed, limits=job.limits,
+            opened = stack.enter_context(open_job_chambers(ports, seed=job.seed, limits=job.limits,
                                                            say=progress.say))
             where += opened.provenance()
             chambers, summary["live_view"], graded = start_live_view(stack, opened.chambers)
@@ -113,7 +120,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
             if model is not None:
                 summary["agent"] = run_agent_job(
                     agent_claims, model_spec=job.model, model=model, datasheets_dir=job.datasheets_dir,
-                    run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index, selected=job.selected,
+                    run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index, selected=selected,
                     api_url=start_chamber_api(stack, chambers, folder.run_dir, agent_claims), progress=progress)
         record_provenance()
         write_json_atomic(folder.run_dir / "summary.json", summary)

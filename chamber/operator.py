@@ -225,6 +225,14 @@ def measure_command(selection: Any, n: int, assignments: list[str] | None, *, sa
     return {**data, "safe_state": opened.outcomes[0].to_dict()}
 
 
+def measure_text(d: dict[str, Any], n: int, note: Say) -> str:
+    """The rows as CSV; the interruption (if any) and the safe state go to `note` (stderr: stdout stays CSV)."""
+    if d["interrupted"]:
+        note(f"interrupted after {len(d['rows'])} of {n} rows (all kept)")
+    note(safe_text([d["safe_state"]]))
+    return rows_text(d)
+
+
 def rows_text(d: dict[str, Any]) -> str:
     return "\n".join([",".join(d["variables"]),
                       *(",".join("" if v is None else f"{v:g}" for v in row) for row in d["rows"])])

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FLOORS = ["firmware_bridge", "simulator", "chamber", "calibration", "protocols", "agent", "bench_cli"]
 MAX_LINES = 600
-OVER_THE_LIMIT = {"bench_cli.py"}  # issue 20: the CLI is still over (parsing and rendering of every command)
+OVER_THE_LIMIT: set[str] = set()  # bench_cli.py was the last (1,417 lines); now parsing and rendering only
 
 
 def _modules() -> dict[str, Path]:
