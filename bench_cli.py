@@ -206,6 +206,7 @@ def job(target: str, render: str | Callable[[Args, dict[str, Any]], str | None] 
         text = getattr(lib(target.split(":")[0]), render) if isinstance(render, str) else (
             (lambda d: render(a, d)) if render else None)
         return show(a, data, text, code(data))
+    handler.bound = {target: set(computed), **{f: set() for f in computed.values() if isinstance(f, str)}}
     return handler
 
 

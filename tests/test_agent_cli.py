@@ -133,3 +133,36 @@ def test_matrix_takes_a_chamber_service_by_url(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["run"]["phase_two:completed"] == 1
     assert list((tmp_path / "service").glob("*.jsonl")) and not (tmp_path / "m" / "api").exists()
+
+
+def test_extract_run_again_is_the_next_repeat_of_the_cell_and_leaves_the_first_record(tmp_path, capsys):
+    """extract plans its cell through agent.cell_runner: the same claim and model again is repeat 2, not a finished
+    cell to keep (and not an overwrite of the first record)."""
+    shared_path("datasheets", "DPS310.pdf")
+    argv = ["extract", "dps310-pressure-rate-range", "--model", "scripted:reader", "--no-chamber",
+            "--record", str(tmp_path), "--json"]
+    assert bench_cli.main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    first_bytes = open(first["record"], "rb").read()
+    assert bench_cli.main(argv) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert first["run_id"].endswith("--normal--r1") and second["run_id"].endswith("--normal--r2")
+    assert open(first["record"], "rb").read() == first_bytes and second["outcome"] == "submitted"
+    start = validate_record(second["record"])[0]
+    assert (start.cell_id, start.arm, start.repeat) == (second["run_id"], "normal", 2)
+
+
+def test_matrix_indexes_its_run_and_each_cell_with_fidelity_and_flags_in_its_folder(tmp_path, capsys):
+    from agent.runindex import RunIndex
+
+    shared_path("datasheets", "DPS310.pdf")
+    out = tmp_path / "m"
+    code = bench_cli.main(["matrix", "--models", "scripted:reader", "--claims", "dps310-pressure-rate-range",
+                           "--out", str(out), "--no-chamber", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["summary"]["fidelity_passed"] == 1
+    with RunIndex(out / "index.sqlite") as index:
+        (run,) = list(index.runs())
+        (cell,) = index.cells(run.run_id)
+    assert (run.run_id, run.status, run.backend) == ("m", "finished", "matrix")
+    assert cell["cell_id"] == "dps310-pressure-rate-range--scripted_reader--normal--r1"
+    assert (cell["outcome"], cell["fidelity"], cell["flags"]) == ("submitted", "passed", [])

@@ -201,3 +201,43 @@ def test_sim_serve_json_prints_one_object_with_url_chamber_and_transport():
     assert started["url"].startswith("socket://127.0.0.1:")
     assert {k: started[k] for k in ("chamber", "transport", "seed", "pace")} == {
         "chamber": "lt", "transport": "tcp", "seed": 3, "pace": "fast"}
+
+
+# ------------------------------------------------------------------------------------------------ the bound jobs
+def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every (command path, its own parser) of the tree's leaves."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from _leaves(sub, (*path, name))
+
+
+def _unbound(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[str]:
+    """The required parameters of a command's library functions (bench_cli.job binds them by name) that none of
+    its option dests, computed values or the stderr sink (say/warn) provides."""
+    import importlib
+    import inspect
+
+    dests = {a.dest for a in parser._actions} | {"say", "warn"}
+    missing = []
+    for target, computed in getattr(parser._defaults["handler"], "bound", {}).items():
+        module, name = target.split(":")
+        for p in inspect.signature(getattr(importlib.import_module(module), name)).parameters.values():
+            if p.default is p.empty and p.kind is not p.VAR_KEYWORD and p.name not in dests | computed:
+                missing.append(f"{' '.join(path)}: {target} needs {p.name}")
+    return missing
+
+
+def test_every_bound_job_finds_each_parameter_it_needs_among_its_options():
+    """A renamed option or job parameter fails here, not in a user's hands; the planted command (sweep_job with
+    none of its options) shows the check can fail."""
+    leaves = list(_leaves(bench_cli.build_parser()))
+    bound = [path for path, parser in leaves if getattr(parser._defaults["handler"], "bound", None)]
+    assert len(bound) >= 20 and [m for path, parser in leaves for m in _unbound(path, parser)] == []
+    planted = bench_cli.Parser(prog="planted")
+    planted.set_defaults(handler=bench_cli.job("protocols.check_job:sweep_job", selection=lambda a: None))
+    missing = _unbound(("planted",), planted)
+    assert "planted: protocols.check_job:sweep_job needs claim_id" in missing
+    assert "planted: protocols.check_job:sweep_job needs steps" in missing and not any("say" in m for m in missing)

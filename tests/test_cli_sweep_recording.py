@@ -22,3 +22,12 @@ def test_sweep_refuses_a_recording_with_unset_readings_and_sweeps_a_clean_one(tm
     code = bench_cli.main(["sweep", "dps310-operating-range", "--recording", str(_write(broken, rows)), "--json"])
     error = json.loads(capsys.readouterr().out)["error"]
     assert code == 2 and error["type"] == "RecordingRefused" and "11-16" in error["message"]
+
+
+def test_a_given_measurement_needs_its_u_and_is_refused_before_anything_opens(capsys):
+    code = bench_cli.main(["sweep", "dps310-operating-range", "--measured", "945.285", "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and error["type"] == "JobRefused" and "u None" in error["message"]
+    code = bench_cli.main(["sweep", "dps310-operating-range", "--measured", "945.285", "--u", "0.080", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["measured"]["value"] == "945.285" and out["files"] == {"csv": None, "plot": None}
