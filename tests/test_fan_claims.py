@@ -116,18 +116,19 @@ def test_a_declared_step_settles_settle_s_by_the_row_timestamps_with_the_board_r
         claims, period, per_read, settle):
     """The max-speed step declares settle_s = 8 s. 1-s rows (stamped) take 9 rows + a chunk (14: 13 s); the real
     board's 1/7 s rows 57 + a chunk (63); a backend that stamps a whole read at once shows no time passing, so
-    rows × 0.12 s decides: ⌈8/0.12⌉ = 67 → 70. Then one read of the run's rows, and the batch counts them all."""
+    rows × 0.12 s decides: ⌈8/0.12⌉ = 67 → 70. Then one read of the step's declared rows (not the run's 20), and
+    the batch counts them all."""
     chamber = ScriptedFans(noctua, row_period_s=period, stamp_per_read=per_read)
     batch = run_batch([claims["nf-f12-max-speed-intake"]], ProtocolContext(chambers={"wt": chamber}, rows=20),
                       stop_early=False)
     (result,) = batch.results
-    assert chamber.measured == [7] * (settle // 7) + [20]
-    assert result.verdict.verdict == "pass" and result.measurement.n == 20
+    assert chamber.measured == [7] * (settle // 7) + [fp.MAX_SPEED_ROWS]
+    assert result.verdict.verdict == "pass" and result.measurement.n == fp.MAX_SPEED_ROWS
     got = result.measurement.details["settle"]
     short = settle - 7  # one chunk fewer: its stamps spanned (short - 1) rows, its floor short × 0.12 s
     assert got["rows"] == settle and got["seconds"] >= fp.MAX_SPEED_SETTLE_S > max(
         (short - 1) * period if not per_read else 0.0, short * 0.12)
-    assert batch.rows == {"wt": settle + 20}
+    assert batch.rows == {"wt": settle + fp.MAX_SPEED_ROWS}
 
 
 def test_a_reconnect_while_the_full_duty_step_settles_is_an_error_not_a_speed(claims):
@@ -141,12 +142,14 @@ def test_a_reconnect_while_the_full_duty_step_settles_is_an_error_not_a_speed(cl
 
 
 def test_every_fan_protocol_settles_in_seconds_not_rows(claims):
-    """Twice the row period, half the rows: the same seconds. (A row-count settle reads the same rows either way.)"""
+    """Twice the row period, half the rows: the same seconds. (A row-count settle reads the same rows either way.)
+    The max-speed read is a declared row count after its settle, so it is left out of its sums."""
     for cid in FAN_CLAIMS:
         slow, fast = ScriptedFans(noctua, row_period_s=2 / 7), ScriptedFans(noctua, row_period_s=1 / 7)
         for chamber in (slow, fast):
             assert grade(chamber, claims[cid]).verdict.verdict == "pass", cid
-        assert 0.4 < sum(slow.measured) / sum(fast.measured) < 0.75, cid
+        counted = [sum(c.measured) - (fp.MAX_SPEED_ROWS if "max-speed" in cid else 0) for c in (slow, fast)]
+        assert 0.4 < counted[0] / counted[1] < 0.75, cid
 
 
 # ------------------------------------------------------------------------- declared: pre-check, describe, rows
@@ -246,6 +249,73 @@ def test_a_dead_tachometer_is_an_error_not_a_stop(claims):
 def test_a_fan_that_cannot_be_brought_to_rest_gives_no_low_duty_verdict(claims):
     result = grade(ScriptedFans(lambda duty, s: True), claims["nf-f12-pwm-runs-below-20-percent-exhaust"])
     assert result.verdict.verdict == "error" and "could not be told from coasting" in result.verdict.reason
+
+
+class LateInterrupts(ScriptedFans):
+    """Fans whose tachometer interrupts sometimes run late, as on the firmware harness of a loaded host: every
+    `every`-th row (by the row counter) holds the reading the firmware computes for the pulse after a late
+    interrupt, 30e6/(Δt − d) with Δt the fan's true pulse interval and d 1.5–3.5 ms (seeded): high, as most of
+    the outlying rows measured on the loaded harness (the late pulse itself reads low, but briefly).
+    `speed_rpm`: the fan's true full-duty speed (the datasheet's 3000 RPM, or a slow fan's)."""
+
+    def __init__(self, *, every=4, speed_rpm=3000.0, seed=5):
+        super().__init__(noctua, seed=seed)
+        self.every, self.scale = every, speed_rpm / 3000.0
+        self.hits: list[int] = []  # rows hit, per read
+
+    def measure(self, n):
+        first = self.rows
+        frame = super().measure(n)
+        for col in (4, 5):
+            frame.values[:, col] *= self.scale
+        self.hits.append(sum((first + i) % self.every == 1 for i in range(n)))
+        for i in range(n):
+            if (first + i) % self.every == 1:
+                for col in (4, 5):
+                    interval = 30e6 / frame.values[i, col]
+                    frame.values[i, col] = 30e6 / (interval - self.rng.uniform(1500.0, 3500.0))
+        return frame
+
+
+@pytest.mark.parametrize("fan", ["intake", "exhaust"])
+def test_late_tachometer_interrupts_in_a_quarter_of_the_rows_do_not_move_the_max_speed_verdict(claims, fan):
+    """The flake of the real-firmware test under load, scripted: a quarter of the rows read after a late
+    interrupt. The mean of such rows is inconclusive or a fail; the median is the fan's speed and passes."""
+    chamber = LateInterrupts()
+    result = grade(chamber, claims[f"nf-f12-max-speed-{fan}"])
+    details = result.measurement.details
+    assert result.verdict.verdict == "pass", result.verdict.reason
+    assert details["estimator"] == "median" and details["outlying_rows"] == chamber.hits[-1] >= 12
+    assert abs(float(result.verdict.measured) - 3000) < 15 and details["mean"] > 3100  # ≥ 12·529/50 up
+    assert details["max"] > 3500
+
+
+def test_a_slow_fan_still_fails_the_max_speed_claim_with_or_without_late_interrupts(claims):
+    for every in (4, 10**9):  # a quarter of the rows hit, or none
+        result = grade(LateInterrupts(every=every, speed_rpm=2500.0), claims["nf-f12-max-speed-intake"])
+        assert result.verdict.verdict == "fail", result.verdict.reason
+        assert abs(float(result.verdict.measured) - 2500) < 15
+
+
+def test_a_fan_that_stalls_with_its_full_speed_reading_held_is_an_error_not_its_speed(claims):
+    """It turns for 2 s after the SET, then stops: the firmware keeps the full-speed rpm, row after row, with no
+    scatter (a mean or median of it would pass)."""
+    result = grade(ScriptedFans(lambda duty, s: duty > 0 and s < 2.0), claims["nf-f12-max-speed-intake"])
+    assert result.verdict.verdict == "error" and f"held in {fp.MAX_SPEED_ROWS - 1} of {fp.MAX_SPEED_ROWS - 1} row " \
+        "steps" in result.verdict.reason
+
+
+def test_the_median_type_a_is_the_normal_consistent_mad_with_its_fewer_degrees_of_freedom():
+    rng = np.random.default_rng(11)
+    readings = rng.normal(3000.0, 20.0, 4001)
+    component = fp.median_type_a("rpm", readings)
+    assert component.u == pytest.approx(math.sqrt(math.pi / 2) * 20.0 / math.sqrt(4001), rel=0.05)
+    assert component.dof == pytest.approx(0.3675 * 4000)
+    spiked = readings.copy()
+    spiked[:400] = 30e6 / 7000.0  # a tenth of the readings at ~4286 RPM
+    assert fp.median_type_a("rpm", spiked).u < 1.2 * component.u
+    with pytest.raises(fp.FanProtocolError, match="expected at least 2 finite readings, got 1"):
+        fp.median_type_a("rpm", np.array([3000.0]))
 
 
 # --------------------------------------------------------------------------------------------- the simulator
