@@ -65,13 +65,12 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     from agent.agent_job import run_agent_job
     from agent.runfolder import open_run_folder, provenance, utc_now
     from agent.scoring.report import write_report
-    from protocols.claim_sources import CHAMBER_PARTS_DIR, load_checked_claims, load_main_job_claims
+    from protocols.claim_sources import (CHAMBER_PARTS_DIR, load_checked_claims, load_main_job_claims,
+                                        split_claims_args)
     from protocols.claims import PACKAGED_DIR
     from protocols.files import write_json_atomic
     from protocols.lab_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
                                    start_chamber_api, start_live_view)
-
-    from protocols.claim_sources import split_claims_args
 
     ports, (claim_paths, selected) = job.port, split_claims_args(job.claims)
     model = None  # a wrong model spec, missing key, claim, limits or station file fails now, before any chamber
