@@ -72,7 +72,8 @@ MAX_SPEED_ROWS = 50
 """Rows of the full-duty read, declared rather than the run's (~7 s at ~7 rows/s). Why: on a loaded harness the
 rpm scatter is broad, not only a few outliers (MAD up to ~150 RPM seen in 8 rows with three busy loops); 8 rows
 then give ν = 2.6, k ≈ 3.5 and a guard band of ~360 RPM, wider than the ±300 RPM band: inconclusive for a fan at
-3000 RPM. 50 rows give ν = 18, k = 2.1 and ~80 RPM at that scatter; on an idle board or the simulator a few RPM."""
+3000 RPM. 50 rows give ν = 18, k = 2.1 and ~80 RPM at that scatter; on an idle board or the simulator a few RPM.
+In a batch the planner may still stop at its probe rows (20) when more rows could not change the verdict."""
 LOW_DUTY = 0.1
 """10 % PWM duty: below the white paper's 20 % and at A1's L_min (the authors' model keeps such a fan at 300 RPM)."""
 LOW_DUTY_SETTLE_S = 10.0
