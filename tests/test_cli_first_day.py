@@ -118,7 +118,7 @@ def test_file_errors_name_the_option_the_file_and_the_field(capsys, tmp_path):
     field = tmp_path / "field.yaml"
     field.write_text("barometers: {offsets: 3}\n", encoding="utf-8")
     r = run_cli(capsys, "chamber", "info", "--backend", "sim", "--params", str(field))
-    assert r.code == 2 and f"{field}: field 'barometers'" in r.err and "\n" not in r.err.strip()
+    assert r.code == 2 and f"simulator parameters {field}: unexpected field 'barometers'" in r.err and "\n" not in r.err.strip()
     claims = tmp_path / "claims.yaml"
     claims.write_bytes(b"claims: [\xff]\n")
     r = run_cli(capsys, "check", "--all", "--backend", "sim", "--claims", str(claims))
@@ -134,7 +134,7 @@ def test_sim_fit_base_is_read_by_the_one_params_loader(capsys, tmp_path):
     recording = tmp_path / "rec.csv"
     recording.write_text("timestamp\n", encoding="utf-8")
     r = run_cli(capsys, "sim", "fit", str(recording), "-o", str(tmp_path / "p.json"), "--base", str(base))
-    assert r.code == 2 and f"{base}: field 'nonsense_key'" in r.err and not (tmp_path / "p.json").exists()
+    assert r.code == 2 and f"simulator parameters {base}: unexpected field 'nonsense_key'" in r.err and not (tmp_path / "p.json").exists()
 
 
 # ------------------------------------------------------------------------------------------------ exit codes
