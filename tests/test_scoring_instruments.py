@@ -273,3 +273,18 @@ def test_a_retired_attempt_is_not_scored_beside_the_cell_that_replaced_it(tmp_pa
                  repeat=1)
     out = score_paths([tmp_path], ground=False)
     assert [r["run_id"] for r in out["cells"]] == ["x--hand-built--normal--r1"]
+
+
+def test_the_text_renderings_say_the_flag_count_in_words_not_as_a_mapping():
+    from agent.scoring.matrix import matrix_text
+    from agent.scoring.offline import flagged_text
+
+    zero = {"count": 0, "n": 2, "unit": "fidelity-passing cells", "upper_95": 0.776393202250021, "note": "..."}
+    assert flagged_text(zero) == "0 of 2 fidelity-passing cells (one-sided 95 % upper bound 0.776)"
+    assert flagged_text({"count": 1, "n": 4, "unit": "cells"}) == "1 of 4 cells"
+    text = matrix_text({"run": {"planned": 4, "ran": 4, "outcome:submitted": 2, "failures": [], "engine_errors": []},
+                        "out": "runs/m", "summary": {"flagged": zero}})
+    assert text.splitlines() == ["cells: planned 4, ran 4, outcome:submitted 2",
+                                 "scores: runs/m/scores.json; flagged 0 of 2 fidelity-passing cells "
+                                 "(one-sided 95 % upper bound 0.776)"]
+    assert "{" not in text

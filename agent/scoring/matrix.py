@@ -110,4 +110,13 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
 
 
 def matrix_text(d: Mapping[str, Any]) -> str:
-    return f"{d['run']}\nscores: {d['out']}/scores.json; flagged {d['summary']['flagged']}"
+    from agent.scoring.offline import flagged_text
+
+    run = d["run"]
+    counts = ", ".join(f"{k} {v}" for k, v in run.items() if k not in ("failures", "engine_errors"))
+    lines = [f"cells: {counts}"]
+    for key in ("failures", "engine_errors"):
+        if run.get(key):
+            lines.append(f"{key.replace('_', ' ')}: {', '.join(map(str, run[key]))}")
+    lines.append(f"scores: {d['out']}/scores.json; flagged {flagged_text(d['summary']['flagged'])}")
+    return "\n".join(lines)

@@ -36,13 +36,21 @@ def score_job(paths: Sequence[Path], *, datasheets_dir: Path, prices: Path | Non
     return data
 
 
+def flagged_text(flagged: Mapping[str, Any]) -> str:
+    """The detector's count as a reader says it: '0 of 37 fidelity-passing cells (one-sided 95 % upper bound
+    0.078)'; the bound only where the count is zero (that is when it is computed)."""
+    bound = flagged.get("upper_95")
+    return (f"{flagged.get('count', 0)} of {flagged.get('n', 0)} {flagged.get('unit', 'cells')}"
+            + (f" (one-sided 95 % upper bound {bound:.3f})" if bound is not None else ""))
+
+
 def score_text(d: Mapping[str, Any]) -> str:
     lines = [f"{c['run_id']}: {c['outcome']} fidelity={c['fidelity'].get('passed')} flags={','.join(c['flags']) or '-'}"
              for c in d["cells"][:200]]
     if len(d["cells"]) > 200:
         lines.append(f"... {len(d['cells']) - 200} more cells (use --json)")
     s = d["summary"]
-    lines.append(f"cells {s['cells']}, fidelity passed {s['fidelity_passed']}, flagged {s['flagged']}")
+    lines.append(f"cells {s['cells']}, fidelity passed {s['fidelity_passed']}, flagged {flagged_text(s['flagged'])}")
     for key in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total", "clean_cells_flagged", "kappa"):
         if key in s:
             lines.append(f"{key}: {s[key]}")
