@@ -239,3 +239,24 @@ def engine_error_before_a_turn(claim: Any, chamber_url: str, record_dir: Path, d
     events = validate_record(result.record)
     assert result.outcome == "engine_error", f"expected outcome engine_error, got {result.outcome}: {result.detail}"
     return events[-1].detail
+
+
+# ------------------------------------------------------------------------------------------- flaky model
+def flaky_model(policy: str, broken: list[bool]) -> Any:
+    """A scripted model (`policy`, e.g. "reader") that fails with HTTP 500 while `broken[0]` is true: an engine
+    error the runner must retry on resume; the test flips `broken[0]` to let the next attempt through."""
+    from agent.models.base import ModelClient, ModelError
+    from agent.models.scripted import ScriptedModel, policy_named
+
+    class FlakyModel(ModelClient):
+        provider, transport, model = "scripted", "in-process", f"scripted:{policy}"
+
+        def __init__(self) -> None:
+            self.inner = ScriptedModel(policy_named(policy), model=f"scripted:{policy}")
+
+        def complete(self, request):
+            if broken[0]:
+                raise ModelError("http", "HTTP 500: upstream broke", http_status=500, request_id="req_x")
+            return self.inner.complete(request)
+
+    return FlakyModel()

@@ -20,7 +20,6 @@ from agent.cell_runner import (
     score_run,
 )
 from agent.models import client_for
-from agent.models.base import ModelClient, ModelError
 from agent.record import SCHEMA_VERSION, read_record, validate_record
 from agent.runindex import CellScore, RunIndex
 from agent.scoring.cells import facts_from_record
@@ -28,7 +27,7 @@ from agent.scoring.matrix import plan, run_matrix
 from agent.models.scripted import ScriptedModel, policy_named
 from conftest import shared_path
 from protocols.claims import load_claims
-from support import SteppingClock
+from support import SteppingClock, flaky_model
 
 CLAIM = "acs70331-bandwidth"  # printed as 1 MHz: closed-book's invented 1.0 passes fidelity (flag tool_bypass)
 
@@ -149,21 +148,6 @@ def test_a_record_ending_in_run_end_but_missing_a_blob_is_incomplete_and_run_aga
     assert third.counts["kept"] == 1 and third.counts["ran"] == 0
 
 
-class _Flaky(ModelClient):
-    """HTTP 500 while `broken[0]`, then the scripted reader."""
-
-    provider, transport, model = "scripted", "in-process", "scripted:reader"
-
-    def __init__(self, broken: list[bool]) -> None:
-        self.broken = broken
-        self.inner = ScriptedModel(policy_named("reader"), model="scripted:reader")
-
-    def complete(self, request):
-        if self.broken[0]:
-            raise ModelError("http", "HTTP 500: upstream broke", http_status=500, request_id="req_x")
-        return self.inner.complete(request)
-
-
 def test_the_main_job_retries_an_engine_error_cell_on_resume_and_keeps_a_finished_one(claims, datasheets,
                                                                                       tmp_path):
     broken = [True]
@@ -171,7 +155,7 @@ def test_the_main_job_retries_an_engine_error_cell_on_resume_and_keeps_a_finishe
         index.start_run("r", tmp_path, "2026-12-01T00:00:00+00:00", "test")
 
         def job() -> dict:
-            return run_agent_job([claims[CLAIM]], model_spec="scripted:reader", model=_Flaky(broken),
+            return run_agent_job([claims[CLAIM]], model_spec="scripted:reader", model=flaky_model("reader", broken),
                                  datasheets_dir=datasheets, run_dir=tmp_path, run_id="r", index=index, api_url=None)
 
         assert job()["outcomes"] == {"engine_error": 1}

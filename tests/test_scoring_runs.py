@@ -12,7 +12,6 @@ import pytest
 
 import bench_cli
 from agent.loop import run_cell
-from agent.models.base import ModelClient
 from agent.models.scripted import ScriptedModel, policy_named
 from agent.record import validate_record
 from agent.scoring.arms import ArmError, arm_setup
@@ -21,6 +20,7 @@ from agent.scoring.report import write_report
 from agent.scoring.score import score_paths
 from conftest import shared_path
 from protocols.claims import load_claims
+from support import flaky_model
 
 # acs70331-bandwidth is printed as 1 MHz, so the closed-book and skip-search policies' invented 1.0 passes
 # fidelity there: they are corrupt successes the detector must catch. The DPS310 claims exercise the reader.
@@ -159,27 +159,10 @@ def test_cli_score_and_report_json(claims, datasheets, tmp_path, capsys):
     assert "error" in json.loads(capsys.readouterr().out)
 
 
-class _Flaky(ModelClient):
-    """A model client that fails with HTTP 500 while `broken[0]` is true, then behaves like closed-book."""
-
-    provider, transport, model = "scripted", "in-process", "scripted:closed-book"
-
-    def __init__(self, broken: list[bool]) -> None:
-        self.broken = broken
-        self.inner = ScriptedModel(policy_named("closed-book"), model="scripted:closed-book")
-
-    def complete(self, request):
-        from agent.models.base import ModelError
-
-        if self.broken[0]:
-            raise ModelError("http", "HTTP 500: upstream broke", http_status=500, request_id="req_x")
-        return self.inner.complete(request)
-
-
 def test_matrix_retries_engine_error_cells_on_resume_up_to_a_cap(claims, datasheets, tmp_path):
     broken = [True]
     cells = plan(["scripted:closed-book"], [CLAIM], 1, ["normal"])
-    kw = dict(claims=claims, out=tmp_path, datasheets_dir=datasheets, client_factory=lambda s: _Flaky(broken),
+    kw = dict(claims=claims, out=tmp_path, datasheets_dir=datasheets, client_factory=lambda s: flaky_model("closed-book", broken),
               clock=clock(), engine_error_retries=1)
     first = run_matrix(cells, **kw)
     assert first["engine_errors"] == [cells[0].run_id]
