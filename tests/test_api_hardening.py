@@ -211,3 +211,23 @@ def test_the_driver_itself_refuses_a_measurement_the_controller_could_drive_past
         assert np.all(c.measure(5).column("load_out") <= np.float32(0.3))
     finally:
         c.close()
+
+
+def test_a_limits_file_is_read_once_and_its_safe_section_is_what_recover_applies(wt, tmp_path, claims, monkeypatch):
+    import chamber.limits as limits_module
+    from fastapi.testclient import TestClient
+
+    from protocols.api import create_app
+
+    limits_file = tmp_path / "limits.yaml"
+    limits_file.write_text("chamber: wt\nvariables: {hatch: {min: 0, max: 40}}\nsafe: {load_in: 0.1, hatch: 5}\n")
+    reads: list[str] = []
+    real_load = limits_module.load_model_file
+    monkeypatch.setattr(limits_module, "load_model_file", lambda path, *a, **k: reads.append(str(path)) or
+                        real_load(path, *a, **k))
+    app = create_app({"wt": wt}, limits=str(limits_file), record_dir=tmp_path / "records", claims=claims)
+    assert reads == [str(limits_file)]  # the guard's limits and recovery's safe state come from one read
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        r = http.post("/operator/recover", json={})
+    assert r.status_code == 200, r.text
+    assert r.json()["recovered"][0]["applied"] == {"load_in": 0.1, "hatch": 5.0}

@@ -327,7 +327,7 @@ def create_app(
         store.get(session_id)
         raise ApiError("unknown_tool", f"no tool {name!r}; tools: {', '.join(TOOLS_BY_NAME)} (see GET /tools)")
 
-    add_operator_routes(app, state, _safe_by_kind(safe, limits, kinds), Path(record_dir), wall_clock)
+    add_operator_routes(app, state, _safe_by_kind(safe, per_kind, kinds), Path(record_dir), wall_clock)
 
     app.add_middleware(RecordMiddleware, lookup=lambda sid: (s.record if (s := store.lookup(sid)) else None),
                        max_body_bytes=max_body_bytes, clock=clock)
@@ -343,11 +343,12 @@ def _unrecorded(exc: RecordUnavailable) -> ApiError:
                                           "chamber. Retry once the operator has freed space on the record folder.")
 
 
-def _safe_by_kind(safe: SafeState | None, limits: Any, kinds: list[str]) -> dict[str, dict[str, float]]:
-    """What recovery applies per chamber: `safe`, else the limits file's `safe:` section, else the default."""
+def _safe_by_kind(safe: SafeState | None, per_kind: dict[str, list[OperatorLimits]],
+                  kinds: list[str]) -> dict[str, dict[str, float]]:
+    """What recovery applies per chamber: `safe`, else the limits' `safe:` section (`per_kind`, the limits
+    create_app already parsed: a limits file is read once), else the default."""
     if safe is not None:
         return {kind: safe.for_chamber(kind) for kind in kinds}
-    per_kind = _limits_by_kind(limits, kinds)
     out = {}
     for kind in kinds:
         named = next((lim.safe for lim in per_kind[kind] if lim.safe is not None), None)

@@ -25,8 +25,8 @@ CODES: dict[str, int] = {
     "session_ended": 409,  # submit_chamber_outcome (or DELETE) ended the session
     "chamber_busy": 409,  # another session holds the chamber lease (see Retry-After)
     "chamber_not_connected": 409,  # the tool needs a chamber kind this server was not started with
-    "measurement_refused": 409,
-    "controller_unbounded": 409,  # pressure-control: the PID could drive an unset fan beyond its operator limit  # the readings cannot support the statistic (e.g. unset sensors); nothing returned
+    "measurement_refused": 409,  # the readings cannot support the statistic (e.g. unset sensors); nothing returned
+    "controller_unbounded": 409,  # pressure-control: the PID could drive an unset fan beyond its operator limit
     "payload_too_large": 413,
     "body_too_deep": 400,  # a JSON body nested deeper than record.MAX_JSON_DEPTH (refused before any parse)
     "unsupported_media_type": 415,  # a tool body that is not Content-Type: application/json
