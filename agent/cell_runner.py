@@ -280,8 +280,9 @@ def run_cells(
             futures: list[Future[CellDone]] = [pool.submit(one, c) for c in todo]
             for future in as_completed(futures):
                 finish(future.result())
-    report.engine_errors = sorted(c.cell_id for c in cells
-                                  if finished_outcome(cells_dir / f"{c.cell_id}.jsonl") == "engine_error")
+    # each cell's latest outcome is already known (kept: its record's, ran: its result's, failed: what it left):
+    # no second validate_record (which re-reads every record and re-hashes its blobs) per cell
+    report.engine_errors = sorted(d.cell.cell_id for d in report.done if d.outcome == "engine_error")
     return report
 
 

@@ -148,6 +148,26 @@ def test_a_record_ending_in_run_end_but_missing_a_blob_is_incomplete_and_run_aga
     assert third.counts["kept"] == 1 and third.counts["ran"] == 0
 
 
+def test_each_record_is_validated_once_per_run_and_engine_errors_still_named(claims, datasheets, tmp_path,
+                                                                              monkeypatch):
+    """The resume rule validates a record once (it reads every event and hashes every blob); the report's
+    engine_errors come from the outcomes the runner already has, not from validating every record again."""
+    import agent.cell_runner as runner
+
+    reads: list[str] = []
+    real = runner.validate_record
+    monkeypatch.setattr(runner, "validate_record", lambda path, **kw: reads.append(Path(path).stem) or real(path, **kw))
+    broken = [True]
+    cells = [PlannedCell(CLAIM, "scripted:reader"), PlannedCell(CLAIM, "scripted:reader", repeat=2)]
+    kw = {**_runner(claims, datasheets, tmp_path), "client_factory": lambda _s: flaky_model("reader", broken),
+          "engine_error_retries": 0}
+    first = run_cells(cells, **kw)
+    assert first.engine_errors == sorted(c.cell_id for c in cells) and reads == []  # run now: nothing re-read
+    second = run_cells(cells, **kw)  # no retries left: both kept, each read once by the resume rule
+    assert second.counts["kept"] == 2 and second.engine_errors == first.engine_errors
+    assert sorted(reads) == sorted(c.cell_id for c in cells)
+
+
 def test_the_main_job_retries_an_engine_error_cell_on_resume_and_keeps_a_finished_one(claims, datasheets,
                                                                                       tmp_path):
     broken = [True]
