@@ -22,6 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from calibration.cross_sensor import compute_cross_sensor
+from chamber.protocol_language import (
+    MeasureInstruction,
+    Protocol,
+    SetInstruction,
+    WaitInstruction,
+    load_protocol,
+)
 from firmware_bridge.variables import Kind
 from simulator.model import PhysicsModel
 from simulator.physics import make_model
@@ -175,46 +182,38 @@ the record where it is coarser (a range, a figure read off a plot)."""
 
 
 # ------------------------------------------------------------------------------------------------ protocols
-def read_protocol(path: str | Path) -> list[tuple[str, ...]]:
-    """The instructions of a protocol file (SET,name,value / WAIT,ms / MSR,n,wait), comments and blanks dropped."""
-    steps = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        fields = tuple(x.strip() for x in line.split(","))
-        if fields[0] not in ("SET", "WAIT", "MSR"):
-            raise ValueError(f"{path}: unknown instruction {line!r}; expected SET, WAIT or MSR")
-        steps.append(fields)
-    return steps
-
-
-def run_protocol(model: PhysicsModel, steps: list[tuple[str, ...]]) -> np.ndarray:
-    """The rows an experiment protocol collects on `model` (in-process, no port).
+def run_protocol(model: PhysicsModel, protocol: Protocol) -> np.ndarray:
+    """The rows an experiment protocol (chamber.protocol_language.load_protocol, the operator's own parser)
+    collects on `model` (in-process, no port).
 
     SET applies the value to the model when it is one of its actuators; `flag` (firmware bookkeeping) is kept by
     this runner and written into the rows' flag column, as the firmware would; other names (camera) are ignored.
-    WAIT ms advances the model by the rows it would produce meanwhile; MSR n keeps the next n rows.
+    WAIT ms advances the model by the rows it would produce meanwhile; MSR n keeps the next n rows. WAIT_INPUT
+    and RST have no in-process meaning and are refused.
     """
     actuators = set(model.state())
     has_flag = "flag" in model.layout.names
     flag_col = model.layout.index("flag") if has_flag else None
     flag = 0.0
     kept = []
-    for step in steps:
-        if step[0] == "SET":
-            name, value = step[1], float(step[2])
+    for step in protocol.instructions:
+        if isinstance(step, SetInstruction):
+            name, value = step.variable, float(step.value)
             if name == "flag":
                 flag = value
             elif name in actuators:
                 model.apply(name, value)
-        elif step[0] == "WAIT":
-            model.sample(int(round(float(step[1]) / 1000.0 * model.rows_per_second)))
-        else:
-            rows = model.sample(int(step[1]))
+        elif isinstance(step, WaitInstruction):
+            model.sample(int(round(step.ms / 1000.0 * model.rows_per_second)))
+        elif isinstance(step, MeasureInstruction):
+            rows = model.sample(step.rows)
             if flag_col is not None:
                 rows[:, flag_col] = flag
             kept.append(rows)
+        else:
+            raise ValueError(
+                f"{protocol.source}: line {step.line}: {step.text!r}: expected SET, WAIT or MSR (an in-process run)"
+            )
     width = model.layout.row_length
     return np.vstack(kept) if kept else np.zeros((0, width))
 
@@ -290,7 +289,7 @@ def _steady(model: PhysicsModel, settings: dict[str, float], settle: int, n: int
 def wt_validate_figures(params, protocols_dir: str | Path, seed: int = 0) -> dict[str, float]:
     """validate_load_out_pressure_intake run as recorded, then the seed paper's method (intake vs the others)."""
     model = make_model("wt", params=params, seed=seed)
-    rows = run_protocol(model, read_protocol(Path(protocols_dir) / "wt_validate_v1" / "validate_load_out_pressure_intake.txt"))
+    rows = run_protocol(model, load_protocol(Path(protocols_dir) / "wt_validate_v1" / "validate_load_out_pressure_intake.txt"))
     layout = model.layout
     cs = seed_paper_cross_sensor(rows, layout, "pressure_intake", list(BAROMETER_COLUMNS[:3]))
     load_out = rows[cs.window, layout.index("load_out")]
@@ -333,7 +332,7 @@ def lt_validate_figures(params, protocols_dir: str | Path, seed: int = 0) -> dic
 
     def vis_1(experiment: str) -> tuple[np.ndarray, np.ndarray, PhysicsModel]:
         model = make_model("lt", params=params, seed=seed)
-        rows = run_protocol(model, read_protocol(root / f"validate_{experiment}.txt"))
+        rows = run_protocol(model, load_protocol(root / f"validate_{experiment}.txt"))
         return rows[:, model.layout.index("vis_1")], rows, model
 
     v, rows, model = vis_1("diode_vis_1")

@@ -15,7 +15,8 @@ import pytest
 
 from simulator.params import authors_params
 from simulator.physics import make_model
-from calibration.real_figures import FIGURES, SEEDS, all_figures, read_protocol, run_protocol, steady_window
+from calibration.real_figures import FIGURES, SEEDS, all_figures, run_protocol, steady_window
+from chamber.protocol_language import load_protocol, parse_protocol
 from conftest import shared_path
 
 AUTHORS = authors_params()
@@ -74,10 +75,22 @@ def test_steady_window_is_the_seed_papers_on_the_real_protocol(protocols):
     """The real protocol toggles load_out row by row; rows whose trailing 5 rows share a setting number 198 here,
     against the archive's n = 199 (PROVENANCE.md does not record the rolling window's edge convention; ±2 rows)."""
     model = make_model("wt", seed=0)
-    steps = read_protocol(protocols / "wt_validate_v1" / "validate_load_out_pressure_intake.txt")
+    steps = load_protocol(protocols / "wt_validate_v1" / "validate_load_out_pressure_intake.txt")
     rows = run_protocol(model, steps)
     assert rows.shape == (3000, model.layout.row_length)
     assert abs(int(steady_window(rows, model.layout).sum()) - 199) <= 2
+
+
+def test_run_protocol_keeps_msr_rows_writes_the_flag_and_refuses_what_has_no_in_process_meaning():
+    """The operator's parser reads the protocol; SET flag lands in the kept rows, WAIT rows are not kept, and
+    WAIT_INPUT / RST (no meaning without an operator or a board) are refused naming the line."""
+    model = make_model("wt", seed=0)
+    rows = run_protocol(model, parse_protocol(["SET,flag,3", "WAIT,1000", "MSR,4,0", "SET,flag,1", "MSR,2,0"]))
+    assert rows.shape == (6, model.layout.row_length)
+    assert col(model, rows, "flag").tolist() == [3.0] * 4 + [1.0] * 2
+    for extra in ("WAIT_INPUT,press enter", "RST"):
+        with pytest.raises(ValueError, match=f"line 2: '{extra}': expected SET, WAIT or MSR"):
+            run_protocol(make_model("wt", seed=0), parse_protocol(["MSR,1,0", extra], "q.txt"))
 
 
 # ------------------------------------------------------------------------------------------------ authors' models
