@@ -357,12 +357,6 @@ def detect_gateway(headers: Any) -> str | None:
     return None
 
 
-def from_chat_response(data: dict[str, Any], gateway: str | None = None
-                       ) -> tuple[Message, StopReason, str | None, TokenUsage]:
-    message, stop, raw_stop, usage, _ = parse_chat_response(data, gateway)
-    return message, stop, raw_stop, usage
-
-
 def parse_chat_response(data: dict[str, Any], gateway: str | None = None
                         ) -> tuple[Message, StopReason, str | None, TokenUsage, str | None]:
     """A chat completion → (message, stop reason, raw finish_reason, usage, upstream stop reason)."""

@@ -88,10 +88,6 @@ class Conversation:
     assistant_turns: int
 
     @property
-    def tools(self) -> list[Tool]:
-        return list(self.request.tools)
-
-    @property
     def offered(self) -> list[str]:
         return [t.name for t in self.request.tools]
 
