@@ -170,14 +170,6 @@ class RowMeter:
         self.stream.flush()
 
 
-def safe_state(safe_file: str | Path | None, limits_file: str | Path | None) -> Any:
-    """The safe state of a command: the --safe file, else the limits file's `safe:` section, else the default."""
-    from chamber.limits import load_limits
-    from chamber.safe_state import resolve_safe_state
-
-    return resolve_safe_state(safe_file, load_limits(limits_file) if limits_file else None)
-
-
 def board_selection(backend: str, port: str | None, chamber: str, config: str, seed: int, params: Path | None,
                     limits: Path | None, boot_timeout: float) -> Any:
     """The one chamber of an operator command: the serial board at `port`, or the in-process simulator of
@@ -188,10 +180,12 @@ def board_selection(backend: str, port: str | None, chamber: str, config: str, s
                         seed=seed, params=params, limits=limits, boot_timeout=boot_timeout, one_chamber=True)
 
 
-def _open_one(selection: Any, warn: Say, safe: Any = None, make_safe: bool = True) -> Any:
+def _open_one(selection: Any, warn: Say, safe_file: str | Path | None = None, make_safe: bool = True) -> Any:
+    """The selection's one chamber, left on exit in the --safe file's state, else its limits file's `safe:`
+    section, else the default (resolved and checked by open_chambers, which reads the limits file once)."""
     from chamber.selection import open_chambers
 
-    return open_chambers(selection, safe=safe, make_safe=make_safe, warn=warn)
+    return open_chambers(selection, resolve_safe=make_safe, safe_file=safe_file, make_safe=make_safe, warn=warn)
 
 
 def info_job(selection: Any, *, warn: Say) -> dict[str, Any]:
@@ -218,7 +212,7 @@ def measure_command(selection: Any, n: int, assignments: list[str] | None, *, sa
 
     settings = parse_assignments(assignments)
     with stop_on_signals() as stop:
-        opened = _open_one(selection, warn, safe_state(safe, selection.limits))
+        opened = _open_one(selection, warn, safe)
         with opened:
             data = measure_job(next(iter(opened.chambers.values())), n, settings, stop=stop,
                                on_progress=on_progress, chunk_rows=chunk)
@@ -248,7 +242,7 @@ def safe_text(outcomes: list[dict[str, Any]]) -> str:
 def shell_command(selection: Any, *, safe: str | Path | None, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                   history: Path, warn: Say) -> dict[str, Any]:
     """The interactive shell on the chamber, left in its safe state afterwards."""
-    opened = _open_one(selection, warn, safe_state(safe, selection.limits))
+    opened = _open_one(selection, warn, safe)
     with opened:
         lines = run_shell(next(iter(opened.chambers.values())), stdin, stdout, stderr, history)
     return {"lines": lines, "safe_state": opened.outcomes[0].to_dict()}
@@ -277,7 +271,6 @@ def protocol_command(selection: Any, protocol: Path, output: Path | None, *, val
     if validate_only:
         return validate_offline(protocol, protocol_file, chamber, config, limits)
     output = output or Path(f"{protocol_file.stem}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.csv")
-    safe_settings = safe_state(safe, selection.limits)
 
     def ask(prompt: str) -> None:
         prompt_to.write(prompt + " [Enter] ")
@@ -286,12 +279,12 @@ def protocol_command(selection: Any, protocol: Path, output: Path | None, *, val
             raise OperatorRefused(f"WAIT_INPUT {prompt!r} needs an operator at the terminal, but stdin is closed")
 
     with stop_on_signals() as stop:
-        opened = _open_one(selection, say, safe_settings)
+        opened = _open_one(selection, say, safe)
         with opened:
             outcome = protocol_job(next(iter(opened.chambers.values())), protocol, protocol_file, output, stop=stop,
                                    ask=ask, on_progress=on_progress, chunk_rows=chunk, say=say)
     return {**outcome.to_dict(), "output": str(output), "safe_state": opened.outcomes[0].to_dict(),
-            "safe_source": safe_settings.source}
+            "safe_source": opened.safe.source}
 
 
 def protocol_text(d: dict[str, Any]) -> str:

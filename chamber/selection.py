@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from chamber.driver import Chamber
 from chamber.errors import ChamberError
 from chamber.limits import OperatorLimits, load_limits
-from chamber.safe_state import SafeOutcome, SafeState, check_safe_state, safe_close
+from chamber.safe_state import SafeOutcome, SafeState, check_safe_state, resolve_safe_state, safe_close
 from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
 
 log = logging.getLogger(__name__)
@@ -145,17 +145,23 @@ def _limits(selection: ChamberSelection) -> OperatorLimits | None:
 
 
 def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None, make_safe: bool = True,
+                  resolve_safe: bool = False, safe_file: str | Path | None = None,
                   warn: Callable[[str], None] | None = None,
                   on_connect: Callable[[str, Chamber, str], None] = lambda kind, chamber, where: None) -> OpenChambers:
     """Open every chamber of `selection` (each connected: reset, announced, limits checked against it).
 
     A given `safe` state is checked against each chamber at once, so a typo in it stops the command before any
-    work. Two boards announcing the same chamber are refused. On any failure the chambers already opened are
-    left safe and closed before the error propagates. `on_connect(kind, chamber, where)` reports each one."""
+    work. `resolve_safe` resolves that state here instead (`safe_file`, else the selection's limits file's `safe:`
+    sections, else the default: chamber.safe_state.resolve_safe_state), from the limits this call reads anyway,
+    so an operator command reads its limits file once. Two boards announcing the same chamber are refused. On any
+    failure the chambers already opened are left safe and closed before the error propagates.
+    `on_connect(kind, chamber, where)` reports each one."""
     from chamber import open_chamber
     from firmware_bridge.session import Timing
 
     limits = _limits(selection)
+    if resolve_safe:
+        safe = resolve_safe_state(safe_file, limits)
     params = read_params(selection.params)
     opened = OpenChambers(safe=safe, make_safe=make_safe, emulated=selection.backend == "emulated",
                           **({"warn": warn} if warn is not None else {}))

@@ -341,3 +341,22 @@ def test_chamber_shell_from_a_pipe_applies_the_safe_state_on_exit(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "OK hatch=20" in proc.stderr and "safe state wt: load_in=0, load_out=0, hatch=0" in proc.stderr
     assert proc.stdout.startswith("counter,flag,intervention,hatch")
+
+
+def test_an_operator_command_reads_its_limits_file_once_and_leaves_the_chamber_in_its_safe_section(
+        tmp_path, monkeypatch):
+    import chamber.limits as limits_module
+    from chamber.operator import board_selection, measure_command
+
+    path = tmp_path / "limits.yaml"
+    path.write_text("chamber: wt\nvariables: {hatch: {max: 40}}\nsafe: {load_in: 0, load_out: 0, hatch: 2}\n")
+    reads: list[str] = []
+    real_load = limits_module.load_model_file
+    monkeypatch.setattr(limits_module, "load_model_file", lambda p, *a, **k: reads.append(str(p)) or
+                        real_load(p, *a, **k))
+    selection = board_selection("sim", None, "wt", "standard", 0, None, path, 6.0)
+    data = measure_command(selection, 2, ["hatch=7"], safe=None, on_progress=lambda p: None, chunk=25,
+                           warn=lambda line: None)
+    assert reads == [str(path)]  # the chamber's limits and the command's safe state come from one read
+    assert len(data["rows"]) == 2 and data["applied"] == {"hatch": 7.0}
+    assert data["safe_state"]["applied"] == {"load_in": 0.0, "load_out": 0.0, "hatch": 2.0}
