@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: where ../shared lives (one helper, one env var) and seeded generators."""
+"""Shared pytest fixtures: where ../shared lives (one helper, one env var), the claims catalogue and seeded
+generators."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench_cli import shared_dir
+from protocols.claims import load_claims
 
 
 def shared_path(*parts: str) -> Path:
@@ -26,6 +28,18 @@ def shared() -> Path:
 
 @pytest.fixture
 def datasheets_dir() -> Path:
+    return shared_path("datasheets")
+
+
+@pytest.fixture(scope="module")
+def claims():
+    """The claims catalogue, loaded once per module (a module that needs other claims defines its own)."""
+    return load_claims()
+
+
+@pytest.fixture(scope="module")
+def datasheets() -> Path:
+    """../shared/datasheets, for module-scoped fixtures and tests (datasheets_dir is the per-test one)."""
     return shared_path("datasheets")
 
 

@@ -25,21 +25,9 @@ from agent.runindex import CellScore, RunIndex
 from agent.scoring.cells import facts_from_record
 from agent.scoring.matrix import plan, run_matrix
 from agent.models.scripted import ScriptedModel, policy_named
-from conftest import shared_path
-from protocols.claims import load_claims
 from support import SteppingClock, flaky_model
 
 CLAIM = "acs70331-bandwidth"  # printed as 1 MHz: closed-book's invented 1.0 passes fidelity (flag tool_bypass)
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
-
-
-@pytest.fixture(scope="module")
-def datasheets():
-    return shared_path("datasheets")
 
 
 def _runner(claims, datasheets, cells_dir: Path, **kw):

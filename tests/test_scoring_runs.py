@@ -18,8 +18,6 @@ from agent.scoring.arms import ArmError, arm_setup
 from agent.scoring.matrix import plan, run_matrix
 from agent.scoring.report import write_report
 from agent.scoring.score import score_paths
-from conftest import shared_path
-from protocols.claims import load_claims
 from support import flaky_model
 
 # acs70331-bandwidth is printed as 1 MHz, so the closed-book and skip-search policies' invented 1.0 passes
@@ -30,16 +28,6 @@ READER_CLAIMS = ("acs70331-bandwidth", "dps310-pressure-precision-high", "dps310
 
 def clock():
     return itertools.count(1_800_000_000.0, 0.01).__next__
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
-
-
-@pytest.fixture(scope="module")
-def datasheets():
-    return shared_path("datasheets")
 
 
 def _cell(policy: str, claim, datasheets: Path, out: Path, arm: str = "normal", run_id: str | None = None):
