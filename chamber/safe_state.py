@@ -126,15 +126,9 @@ def apply_safe_state(chamber: Any, safe: SafeState) -> SafeOutcome:
 
 
 def safe_state_of(chamber: Any) -> SafeState:
-    """The safe state a chamber's own limits give (its `safe:` section), else the default."""
-    limits = getattr(chamber, "limits", None)
-    if limits is not None and limits.safe is not None:
-        try:
-            kind = chamber.layout.chamber
-        except ChamberError:
-            return SafeState()
-        return SafeState({**DEFAULT_SAFE, kind: dict(limits.safe)}, "operator limits file (safe:)")
-    return SafeState()
+    """The safe state a chamber's own limits give (its `safe:` section), else the default: resolve_safe_state on
+    the limits the driver kept for this chamber (already this chamber's part of a two-chamber file)."""
+    return resolve_safe_state(None, getattr(chamber, "limits", None))
 
 
 def safe_close(chamber: Any, safe: SafeState | None = None) -> SafeOutcome:

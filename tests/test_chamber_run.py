@@ -360,3 +360,17 @@ def test_an_operator_command_reads_its_limits_file_once_and_leaves_the_chamber_i
     assert reads == [str(path)]  # the chamber's limits and the command's safe state come from one read
     assert len(data["rows"]) == 2 and data["applied"] == {"hatch": 7.0}
     assert data["safe_state"]["applied"] == {"load_in": 0.0, "load_out": 0.0, "hatch": 2.0}
+
+
+@pytest.mark.parametrize("chamber_line", ["chamber: wt\n", ""])  # a file for the wt, or for whichever is connected
+def test_safe_close_without_a_given_state_uses_the_chambers_own_limits_safe_section(tmp_path, chamber_line):
+    from chamber.safe_state import safe_close
+
+    path = tmp_path / "limits.yaml"
+    path.write_text(chamber_line + "safe: {load_in: 0.05, hatch: 3}\n")
+    wt = open_chamber(backend="sim", chamber="wt", limits=path)
+    wt.set_many({"load_in": 0.8, "load_out": 0.4})
+    outcome = safe_close(wt)
+    assert outcome.error is None and outcome.applied == {"load_in": 0.05, "hatch": 3.0}
+    lt = open_chamber(backend="sim", chamber="lt")  # no limits: the default
+    assert safe_close(lt).applied == DEFAULT_SAFE["lt"]
