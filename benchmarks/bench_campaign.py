@@ -30,12 +30,14 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack, contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_cli import shared_dir  # noqa: E402
 from chamber import open_chamber  # noqa: E402
 from calibration.records import record_from_calibration  # noqa: E402
 from protocols.claims import load_claims  # noqa: E402
@@ -109,7 +111,7 @@ def run_way(way: str, urls: list[str], rows: int) -> dict[str, Any]:
         started = time.monotonic()
         if way == "baseline":
             cal = calibrate(chambers["wt"], n=rows)
-            record = record_from_calibration(cal, date=_now())
+            record = record_from_calibration(cal, date=datetime.now(timezone.utc))
             context = ProtocolContext(chambers=chambers, calibration=record, rows=rows)
             results = [check_claim(claim, context) for claim in claims]
         else:
@@ -128,14 +130,8 @@ def run_way(way: str, urls: list[str], rows: int) -> dict[str, Any]:
     }
 
 
-def _now() -> Any:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)
-
-
 def _firmware_build(build_dir: Path | None) -> Path | None:
-    harness = Path(os.environ.get("CHAMBERLAB_SHARED", ROOT.parent / "shared")) / "firmware-harness"
+    harness = shared_dir() / "firmware-harness"
     if shutil.which(os.environ.get("CXX", "g++")) is None or not harness.is_dir():
         return None
     target = build_dir or Path(tempfile.mkdtemp(prefix="fwbuild-"))
