@@ -24,7 +24,7 @@ from chamber.driver import Chamber
 from chamber.errors import ChamberError
 from chamber.limits import OperatorLimits, load_limits
 from chamber.safe_state import SafeOutcome, SafeState, check_safe_state, resolve_safe_state, safe_close
-from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
+from firmware_bridge.model_file import ModelFileError, describe_validation, read_data_file, validate_model
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,8 @@ def selection_of(backend: str | None, ports: list[str] | None, **fields: Any) ->
     chosen = backend or ("serial" if ports else "sim")
     try:
         return ChamberSelection(backend=chosen, ports=tuple(ports or ()), **fields)
-    except ValidationError as exc:  # one line naming what was expected, not pydantic's multi-line text
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise SelectionError((f"{where}: " if where else "") + first["msg"].removeprefix("Value error, ")) from None
+    except ValidationError as exc:  # one line naming what was expected, worded as every settings file's errors
+        raise SelectionError(describe_validation(exc, ChamberSelection)) from None
 
 
 class ParamsFileError(SelectionError, ModelFileError):

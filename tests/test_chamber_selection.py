@@ -42,6 +42,10 @@ def test_contradictory_selections_are_refused_in_one_line():
     with pytest.raises(SelectionError, match="backend sim and a port URL exclude each other; got socket://x:1"):
         selection_of("sim", ["socket://x:1"])
     assert selection_of(None, ["socket://x:1"]).backend == "serial" and selection_of(None, None).backend == "sim"
+    # a bad field is worded as every settings file's errors are (model_file): the field, expected and got
+    with pytest.raises(SelectionError, match=r"^field 'kinds\[0\]': Input should be 'wt' or 'lt' \(got 'xx'\); "
+                                             r"field 'seed': Input should be a valid integer.* \(got 'one'\)$"):
+        selection_of("sim", None, kinds=("xx",), seed="one")
 
 
 def test_emulated_boards_are_opened_through_the_serial_driver_and_stopped_on_close():
