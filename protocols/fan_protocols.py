@@ -51,7 +51,6 @@ not an independent reference.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 
@@ -62,7 +61,6 @@ from protocols.claims import Claim
 from protocols.declaration import Declaration, Evaluation, ProtocolOutcome, Reader, Settings, Step, StepReadings
 from protocols.measurement import Measurement
 
-log = logging.getLogger(__name__)
 
 MAX_SPEED_SETTLE_S = 8.0
 """Spin-up to full speed. A2 (I = 3.481e-5 kg·m², K = 5.2687e-8): from rest, ω/ω_max = tanh(Kω_max·t/I), within
@@ -156,13 +154,6 @@ def median_type_a(name: str, readings: np.ndarray) -> UncertaintyComponent:
 
 def _matched(claim: Claim, variables: set[str]) -> list[str]:
     return [c.name for c in claim.conditions if c.variable is not None and c.variable in variables]
-
-
-def _restore(reader: Reader, load: str) -> None:
-    try:
-        reader.stage("wt", {load: 0.0}, 0, f"{load} back to 0")
-    except Exception as exc:  # best effort: the verdict was measured; a broken link is the next call's problem
-        log.warning("turning %s off after the fan protocol failed: %s: %s", load, type(exc).__name__, exc)
 
 
 @dataclass(frozen=True)
@@ -269,17 +260,14 @@ def wait_for_rest(reader: Reader, fan: Fan, label: str) -> Rest:
 
 def _low_duty(fan: Fan):
     def run(reader: Reader, claim: Claim) -> ProtocolOutcome:
-        try:
-            rest = wait_for_rest(reader, fan, f"{fan.name} fan at 0 % duty until at rest, {fan.other} stopped")
-            if rest.updates:
-                raise FanProtocolError(f"{fan.reading}: expected the fan at rest at 0 % duty before the {LOW_DUTY:.0%} "
-                                       f"step, got {rest.updates} updates in the last {rest.window.seconds:.1f} s after "
-                                       f"{rest.seconds:.1f} s: turning at {LOW_DUTY:.0%} could not be told from coasting")
-            settled = settle(reader, fan.staging(LOW_DUTY), LOW_DUTY_SETTLE_S,
-                             f"{fan.name} fan at {LOW_DUTY:.0%} duty from rest, {fan.other} stopped, hatch closed")
-            window = read_window(reader, WINDOW_S, fan.reading)
-        finally:
-            _restore(reader, fan.load)
+        rest = wait_for_rest(reader, fan, f"{fan.name} fan at 0 % duty until at rest, {fan.other} stopped")
+        if rest.updates:
+            raise FanProtocolError(f"{fan.reading}: expected the fan at rest at 0 % duty before the {LOW_DUTY:.0%} "
+                                   f"step, got {rest.updates} updates in the last {rest.window.seconds:.1f} s after "
+                                   f"{rest.seconds:.1f} s: turning at {LOW_DUTY:.0%} could not be told from coasting")
+        settled = settle(reader, fan.staging(LOW_DUTY), LOW_DUTY_SETTLE_S,
+                         f"{fan.name} fan at {LOW_DUTY:.0%} duty from rest, {fan.other} stopped, hatch closed")
+        window = read_window(reader, WINDOW_S, fan.reading)
         return ProtocolOutcome(measurement=_updates_measurement(
             fan, claim, window, LOW_DUTY, {"settle": settled, "rest_before": rest.to_dict()}))
 
@@ -288,17 +276,14 @@ def _low_duty(fan: Fan):
 
 def _stop(fan: Fan):
     def run(reader: Reader, claim: Claim) -> ProtocolOutcome:
-        try:
-            reader.stage("wt", fan.staging(1.0), 0, f"{fan.name} fan at full duty (it must turn before the stop)")
-            running = read_window(reader, RUNNING_CHECK_S, fan.reading)
-            before = tach_updates(running.column(fan.reading), fan.reading)
-            if before < 1:
-                raise FanProtocolError(f"{fan.reading}: expected tachometer updates at full duty before the stop, "
-                                       f"got none in {running.seconds:.1f} s: a fan or tachometer that never turns "
-                                       "is not evidence that it stops")
-            rest = wait_for_rest(reader, fan, f"{fan.name} fan at 0 % duty, {fan.other} stopped, hatch closed")
-        finally:
-            _restore(reader, fan.load)
+        reader.stage("wt", fan.staging(1.0), 0, f"{fan.name} fan at full duty (it must turn before the stop)")
+        running = read_window(reader, RUNNING_CHECK_S, fan.reading)
+        before = tach_updates(running.column(fan.reading), fan.reading)
+        if before < 1:
+            raise FanProtocolError(f"{fan.reading}: expected tachometer updates at full duty before the stop, "
+                                   f"got none in {running.seconds:.1f} s: a fan or tachometer that never turns "
+                                   "is not evidence that it stops")
+        rest = wait_for_rest(reader, fan, f"{fan.name} fan at 0 % duty, {fan.other} stopped, hatch closed")
         return ProtocolOutcome(measurement=_updates_measurement(
             fan, claim, rest.window, 0.0,
             {"coast_down": rest.to_dict(), "running_before": {**running.timing(), "updates": before}}))

@@ -319,11 +319,11 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
 
     if pending:  # top up what the stopping rule could not spare to the default rows, and grade again
         needed = sorted({index for item, _ in pending.values() for index in the_plan.stagings_of(item.key).values()})
-        _apply_restores(runner, the_plan, failures)
+        _apply_restores(runner, the_plan)
         _read_stagings(runner, the_plan, needed, reads, failures, full=True)
         for i, (item, first) in pending.items():
             guarded(i, lambda i=i, item=item, first=first: grade_topped_up(i, item, first))
-    _apply_restores(runner, the_plan, failures)
+    _apply_restores(runner, the_plan)
 
     for i in procedures:
         guarded(i, lambda i=i: finish(i, _run_procedure(claims[i], declared[i], context, runner)))
@@ -384,13 +384,18 @@ def _read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | ra
             reads[index] = replace(more, settings=settings)
 
 
-def _apply_restores(runner: Chambers, the_plan: Plan, failures: dict[int, BaseException]) -> None:
+def _restore(runner: Chambers, kind: str, settings: Mapping[str, float], after: str) -> None:
+    """Apply a declared restore through the setting guard; a failure is logged (the verdicts were measured)."""
+    try:
+        runner.context.chamber(kind).set_many(runner.guarded(kind, settings))
+        runner.current[kind] = None
+    except Exception as exc:
+        log.warning("restoring %s after %s failed: %s: %s", kind, after, type(exc).__name__, exc)
+
+
+def _apply_restores(runner: Chambers, the_plan: Plan) -> None:
     for kind, settings in the_plan.restores.items():
-        try:
-            runner.context.chamber(kind).set_many(runner.guarded(kind, settings))
-            runner.current[kind] = None
-        except Exception as exc:  # a failed restore is logged; the verdicts were already measured
-            log.warning("restoring %s after the batch failed: %s: %s", kind, type(exc).__name__, exc)
+        _restore(runner, kind, settings, "the batch")
 
 
 def _item_outcome(the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings], failures: dict[int, BaseException],
@@ -441,7 +446,8 @@ def _with_plan(result: CheckResult, the_plan: Plan, item: PlanItem, reads: dict[
 
 
 def _run_procedure(claim: Claim, declaration: Declaration, context: ProtocolContext, runner: Chambers) -> CheckResult:
-    """An instrument protocol: its procedure with the runner's staging, inside the apparatus guard."""
+    """A procedure with the runner's staging, inside the apparatus guard; its declared `restore` is applied after
+    it, however it ended (as the batch applies its steps' restores), so a procedure need not restore itself."""
     reader = ProcedureReader(runner, declaration, context.rows, context.settle_rows, context.station)
     try:
         outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
@@ -449,6 +455,9 @@ def _run_procedure(claim: Claim, declaration: Declaration, context: ProtocolCont
         return _unavailable(claim, declaration.key, exc)
     except Exception as exc:  # the apparatus guard
         outcome = ProtocolOutcome(measurement=_failed(declaration.unit, exc))
+    finally:
+        if declaration.restore and declaration.chamber in context.chambers:
+            _restore(runner, declaration.chamber, dict(declaration.restore), f"protocol {declaration.key}")
     return _grade(claim, declaration, outcome, None, {})
 
 

@@ -241,9 +241,11 @@ def test_a_fan_that_keeps_turning_at_0_percent_fails_the_stop_claim_after_the_ti
 
 
 def test_a_dead_tachometer_is_an_error_not_a_stop(claims):
-    result = grade(ScriptedFans(lambda duty, s: False), claims["nf-f12-pwm-stops-at-zero-duty-intake"])
+    chamber = ScriptedFans(lambda duty, s: False)
+    result = grade(chamber, claims["nf-f12-pwm-stops-at-zero-duty-intake"])
     assert result.verdict.verdict == "error" and "FanProtocolError" in result.verdict.reason
     assert "never turns" in result.verdict.reason
+    assert chamber.load["load_in"] == 0.0  # the full-duty SET before the error was undone by the declared restore
 
 
 def test_a_fan_that_cannot_be_brought_to_rest_gives_no_low_duty_verdict(claims):

@@ -211,6 +211,34 @@ def test_an_exception_inside_a_run_is_that_claims_error_naming_its_type_never_th
     assert (op.verdict.verdict, codes.verdict.verdict) == ("pass", "pass")
 
 
+class _Sets:
+    config = "standard"
+
+    def __init__(self) -> None:
+        self.sets: list[dict] = []
+
+    def set_many(self, values):
+        self.sets.append(dict(values))
+        return dict(values)
+
+    def measure(self, n):
+        raise AssertionError("this procedure reads nothing")
+
+
+def test_a_procedure_s_declared_restore_is_applied_by_the_runner_even_when_it_raises(monkeypatch):
+    def breaks_after_a_set(reader, claim):
+        reader.stage("wt", {"load_in": 0.5}, 0, "half load")
+        raise ZeroDivisionError("mid-procedure")
+
+    declaration = Declaration(key="test.breaks", chamber="wt", description="", unit="A", restore=(("load_in", 0.0),),
+                              procedure=breaks_after_a_set, stagings=((("load_in", 0.5),),))
+    monkeypatch.setattr("protocols.runner.selected_protocol", lambda claim, station: declaration)
+    chamber = _Sets()
+    (result,) = run_batch([get_claim("acs70331-bandwidth")], ProtocolContext(chambers={"wt": chamber})).results
+    assert result.verdict.verdict == "error" and "ZeroDivisionError" in result.measurement.details["reason"]
+    assert chamber.sets == [{"load_in": 0.5}, {"load_in": 0.0}]  # the procedure never restored it itself
+
+
 class _Refuses:
     def __init__(self) -> None:
         self.checked = []
