@@ -232,25 +232,26 @@ class RecordMiddleware:
         if declared is not None and declared > self.max_body_bytes:
             await self._too_large(send, declared)
             return
-        body = bytearray()
+        received = bytearray()
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            body += message.get("body", b"")
-            if len(body) > self.max_body_bytes:
-                await self._too_large(send, len(body))
+            received += message.get("body", b"")
+            if len(received) > self.max_body_bytes:
+                await self._too_large(send, len(received))
                 return
             if not message.get("more_body", False):
                 break
-        depth = too_deep(bytes(body))
+        body = bytes(received)  # one copy, shared by the depth check, the record line and the replay
+        depth = too_deep(body)
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         match = _SESSION_PATH.match(scope.get("path", ""))
@@ -266,8 +267,8 @@ class RecordMiddleware:
         try:
             record.write("request", method=scope["method"], path=scope["path"],
                          query=scope.get("query_string", b"").decode("latin-1") or None,
-                         body={"unparsed": bytes(body).decode("utf-8", errors="replace")} if depth is not None
-                         else _decoded(bytes(body)))
+                         body={"unparsed": body.decode("utf-8", errors="replace")} if depth is not None
+                         else _decoded(body))
         except RecordUnavailable as exc:  # never act on a request the record does not hold
             log.error("%s %s not served: %s", scope["method"], scope["path"], exc)
             await _send_json(send, 503, {"error": {
