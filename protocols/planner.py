@@ -104,6 +104,10 @@ class Plan:
         """step label → index of the staging that serves it, for one item."""
         return {u.step.label: i for i, s in enumerate(self.stagings) for u in s.uses if u.item == item}
 
+    def uses_of(self, item: str) -> list[Use]:
+        """One item's uses, in staging order (what the runner evaluates, stops on and reports per item)."""
+        return [u for s in self.stagings for u in s.uses if u.item == item]
+
 
 def change_seconds(state: Mapping[str, float], settings: Mapping[str, float]) -> float:
     """What moving the chamber from `state` to `settings` costs. An unknown value counts as a change; for the

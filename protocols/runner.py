@@ -402,7 +402,7 @@ def _item_outcome(the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings]
                   record: CalibrationRecord | None, config: str) -> ProtocolOutcome:
     where = the_plan.stagings_of(item.key)
     readings = []
-    for use in (u for s in the_plan.stagings for u in s.uses if u.item == item.key):
+    for use in the_plan.uses_of(item.key):
         index = where[use.step.label]
         if index in failures:
             if item.claim is None:
@@ -420,8 +420,8 @@ def _decide_stop(the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings],
                  result: CheckResult) -> StopDecision | None:
     """None when the item already read its default rows (nothing to decide)."""
     where = the_plan.stagings_of(item.key)
-    short = [u for s in the_plan.stagings for u in s.uses
-             if u.item == item.key and where[u.step.label] in reads and reads[where[u.step.label]].n < u.full_rows]
+    short = [u for u in the_plan.uses_of(item.key)
+             if where[u.step.label] in reads and reads[where[u.step.label]].n < u.full_rows]
     if not short:
         return None
     assert item.claim is not None
@@ -431,7 +431,7 @@ def _decide_stop(the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings],
 def _with_plan(result: CheckResult, the_plan: Plan, item: PlanItem, reads: dict[int, StepReadings],
                decision: StopDecision | None) -> CheckResult:
     where = the_plan.stagings_of(item.key)
-    uses = [u for s in the_plan.stagings for u in s.uses if u.item == item.key]
+    uses = the_plan.uses_of(item.key)
     shared = sorted({u.item for i in where.values() for u in the_plan.stagings[i].uses if u.item != item.key})
     plan_details = {
         "stagings": sorted(set(where.values())),
