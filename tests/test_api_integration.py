@@ -86,7 +86,8 @@ def test_full_session_over_http(wt, tmp_path, claims):
 
 
 def test_agent_chamber_client_speaks_the_contract(wt, tmp_path, claims):
-    client_module = pytest.importorskip("agent.chamber_client")
+    from agent import chamber_client as client_module  # it exists: an import error must fail, not skip
+
     with running_api({"wt": wt}, record_dir=tmp_path, claims=claims) as url, httpx.Client(base_url=url) as http:
         client = client_module.ChamberClient(http)
         sid = client.create_session(CLAIM)
