@@ -4,20 +4,18 @@ a real pty and read back by the serial driver, comes back row for row; and the s
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 
-from bench_cli import PROJECT_ROOT
 from calibration.cross_sensor import BAROMETERS, compute_cross_sensor
 from chamber import open_chamber
 from firmware_bridge.variables import ROW_HEADER, layout_for
 from simulator.board import running_board
 from simulator.physics import make_model
 from simulator.replay import read_recording, write_recording
+from support import cli_subprocess
 
 
 def _fans_off_recording(path: Path, n: int, seed: int) -> np.ndarray:
@@ -55,8 +53,7 @@ def test_sweep_measures_from_a_recording_like_the_calibration_would(tmp_path: Pa
     rows = _fans_off_recording(path, 200, seed=9)
     layout = layout_for("wt")
     cal = compute_cross_sensor({b: rows[:, layout.index(b)] for b in BAROMETERS})
-    out = subprocess.run([sys.executable, str(PROJECT_ROOT / "bench_cli.py"), "sweep", "dps310-operating-range",
-                          "--recording", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    out = cli_subprocess("sweep", "dps310-operating-range", "--recording", str(path), "--json", timeout_s=120)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["measured"]["unit"] == "hPa"  # reported in the claim's unit
