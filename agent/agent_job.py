@@ -25,17 +25,23 @@ from protocols.claims import Claim
 from protocols.lab_job import JobProgress, Quiet
 
 
+def fetch_hint(datasheets_dir: Path) -> str:
+    """How to get the missing datasheets into `datasheets_dir` (the main job's refusal and the agent's note)."""
+    return (f"fetch them with `chamberlab datasheet fetch --all --dir {datasheets_dir}`, or set CHAMBERLAB_SHARED to "
+            "the folder that holds datasheets/")
+
+
 def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: ModelClient, datasheets_dir: Path, run_dir: Path,
-                  run_id: str, index: RunIndex, api_url: str | None, selected: Sequence[str] | None = None,
+                  run_id: str, index: RunIndex, api_url: str | None,
                   progress: JobProgress = Quiet()) -> dict[str, Any]:
-    """Run the cells of `claims` (only the `selected` ids, when given) that print a figure to extract
-    (Source.prints_figure) and have a datasheet in `datasheets_dir`,
+    """Run the cells of `claims` (the caller's selection) that print a figure to extract (Source.prints_figure)
+    and have a datasheet in `datasheets_dir`,
     record each in `run_dir/cells` and the index, score them into `run_dir/scores.json`; returns the summary."""
     import httpx
 
     from agent.chamber_client import ChamberClient
 
-    wanted = list(claims) if selected is None else [c for c in claims if c.id in set(selected)]
+    wanted = list(claims)
     no_figure = sorted(c.id for c in wanted if not c.source.prints_figure)
     if no_figure:
         progress.say(f"agent: {len(no_figure)} claims print no figure to extract (graded by the chamber only): "
@@ -44,9 +50,8 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: ModelClien
     runnable = [c for c in wanted if (datasheets_dir / c.identity.filename).exists()]
     skipped = sorted({c.identity.filename for c in wanted} - {c.identity.filename for c in runnable})
     if skipped:
-        progress.say(f"agent: datasheets not found in {datasheets_dir}: {', '.join(skipped)} — fetch them with "
-                     f"`chamberlab datasheet fetch --all --dir {datasheets_dir}`, or set CHAMBERLAB_SHARED to the "
-                     "folder that holds datasheets/")
+        progress.say(f"agent: datasheets not found in {datasheets_dir}: {', '.join(skipped)} — "
+                     + fetch_hint(datasheets_dir))
     cells_dir = run_dir / "cells"
     cells_dir.mkdir(exist_ok=True)
     if api_url:

@@ -53,10 +53,11 @@ def no_datasheets(claims: list[Any], datasheets: Path) -> str | None:
     """Why the agent part cannot run (not one of its claims' datasheets is in `datasheets`), or None if one is."""
     if any((datasheets / c.identity.filename).exists() for c in claims):
         return None
+    from agent.agent_job import fetch_hint
+
     names = sorted({c.identity.filename for c in claims})
     return (f"no datasheet in {datasheets} (expected {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}); "
-            f"fetch them with `chamberlab datasheet fetch --all --dir {datasheets}`, or set CHAMBERLAB_SHARED to "
-            "the folder that holds datasheets/")
+            + fetch_hint(datasheets))
 
 
 def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any]:
@@ -119,7 +120,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
             if model is not None:
                 summary["agent"] = run_agent_job(
                     agent_claims, model_spec=job.model, model=model, datasheets_dir=job.datasheets_dir,
-                    run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index, selected=selected,
+                    run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index,
                     api_url=start_chamber_api(stack, chambers, folder.run_dir, agent_claims), progress=progress)
         record_provenance()
         write_json_atomic(folder.run_dir / "summary.json", summary)
