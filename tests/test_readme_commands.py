@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
@@ -63,4 +62,3 @@ def test_the_read_only_examples_are_found():
     """The list above is not empty by accident: each kind of example is in the README."""
     kinds = {k for k in READ_ONLY for c in COMMANDS if c.removeprefix("chamberlab ").startswith(k)}
     assert kinds == set(READ_ONLY)
-    assert all(Path(PROJECT_ROOT, "README.md").exists() for _ in kinds)
