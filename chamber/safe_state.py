@@ -16,10 +16,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from chamber.errors import ChamberError, ChamberHalted, InvalidSetting, LimitsError
-from chamber.limits import OperatorLimits, read_settings_file
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Strict, model_validator
+
+from chamber.errors import ChamberError, ChamberHalted, InvalidSetting
+from chamber.limits import LimitsFileError, OperatorLimits, read_settings_file
+from firmware_bridge.model_file import validate_model
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +44,40 @@ class SafeState:
         return dict(self.settings.get(kind, {}))
 
 
+FiniteNumber = Annotated[float, Strict(), AllowInfNan(False)]
+"""A safe setting: a number (not a bool, not a string), finite."""
+
+
+class SafeStateFile(BaseModel):
+    """A --safe file: settings by chamber kind, at least one kind."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wt: dict[str, FiniteNumber] | None = None
+    lt: dict[str, FiniteNumber] | None = None
+
+    @model_validator(mode="after")
+    def _some_chamber(self) -> "SafeStateFile":
+        if self.wt is None and self.lt is None:
+            raise ValueError("expected a mapping with keys wt and/or lt, each {variable: value}")
+        return self
+
+
+def _safe_state(parsed: SafeStateFile, source: str) -> SafeState:
+    return SafeState({kind: dict(values) for kind in ("wt", "lt") if (values := getattr(parsed, kind)) is not None},
+                     source)
+
+
 def parse_safe_state(data: Any, source: str) -> SafeState:
-    if not isinstance(data, Mapping) or not data or not set(data) <= {"wt", "lt"}:
-        raise LimitsError(f"{source}: expected a mapping with keys wt and/or lt, each {{variable: value}}; "
-                          f"received {data!r:.120}")
-    settings: dict[str, dict[str, float]] = {}
-    for kind, values in data.items():
-        if not isinstance(values, Mapping):
-            raise LimitsError(f"{source}: {kind}: expected {{variable: value}}, received {values!r:.80}")
-        settings[kind] = {}
-        for name, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
-                raise LimitsError(f"{source}: {kind}.{name}: expected a finite number, received {value!r}")
-            settings[kind][str(name)] = float(value)
-    return SafeState(settings, source)
+    """Safe settings from parsed data; LimitsFileError names `source`, the field, what was expected and got."""
+    return _safe_state(validate_model(data, SafeStateFile, source=source, error=LimitsFileError), source)
 
 
 def load_safe_state(path: str | Path) -> SafeState:
-    return parse_safe_state(read_settings_file(path), str(path))
+    """A --safe file (YAML, or JSON by suffix); LimitsFileError as every settings file words it."""
+    data = read_settings_file(path, "safe-state file")
+    parsed = validate_model(data, SafeStateFile, source=f"safe-state file {Path(path)}", error=LimitsFileError)
+    return _safe_state(parsed, str(path))
 
 
 def resolve_safe_state(safe_file: str | Path | None = None, limits: OperatorLimits | None = None) -> SafeState:

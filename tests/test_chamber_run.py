@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -374,3 +375,27 @@ def test_safe_close_without_a_given_state_uses_the_chambers_own_limits_safe_sect
     assert outcome.error is None and outcome.applied == {"load_in": 0.05, "hatch": 3.0}
     lt = open_chamber(backend="sim", chamber="lt")  # no limits: the default
     assert safe_close(lt).applied == DEFAULT_SAFE["lt"]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("wt: {load_in: '0'}\n", r"field 'wt\.load_in': Input should be a valid number \(got '0'\)"),
+    ("wt: {load_in: true}\n", r"field 'wt\.load_in': Input should be a valid number \(got True\)"),
+    ("wt: {load_in: .nan}\n", r"field 'wt\.load_in': Input should be a finite number \(got nan\)"),
+    ("xt: {load_in: 0}\n", r"unexpected field 'xt' \(expected one of: wt, lt\)"),
+    ("", r"expected a mapping with keys wt and/or lt"),
+    ("- 1\n", r"expected a mapping of SafeStateFile fields at the top level, got list"),
+])
+def test_a_bad_safe_state_file_is_refused_in_one_line_naming_the_file_and_the_field(tmp_path, text, problem):
+    from chamber.errors import LimitsError
+    from chamber.safe_state import load_safe_state
+    from firmware_bridge.model_file import ModelFileError
+
+    path = tmp_path / "safe.yaml"
+    path.write_text(text)
+    with pytest.raises(LimitsError, match=f"^safe-state file {re.escape(str(path))}: {problem}") as caught:
+        load_safe_state(path)
+    assert isinstance(caught.value, ModelFileError) and "\n" not in str(caught.value)
+    path.write_text("wt: {load_in: 0, hatch: 2}\nlt: {red: 0}\n")
+    safe = load_safe_state(path)
+    assert safe.for_chamber("wt") == {"load_in": 0.0, "hatch": 2.0} and safe.for_chamber("lt") == {"red": 0.0}
+    assert safe.source == str(path)
