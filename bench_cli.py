@@ -213,8 +213,8 @@ def job(target: str, render: str | Callable[[Args, dict[str, Any]], str | None] 
 def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
     """Every command: its words, help, handler and options (a group name from OPTIONS, or one opt(...))."""
     from firmware_bridge.variables import OSR_LEVELS
-    from protocols.api.lease import DEFAULT_MAX_HOLD_S as HOLD
-    from protocols.api.sessions import DEFAULT_MAX_SESSIONS as SESSIONS, DEFAULT_SESSION_IDLE_S as IDLE
+    from protocols.service_defaults import (DEFAULT_LEASE_TIMEOUT_S as LEASE, DEFAULT_MAX_HOLD_S as HOLD,
+                                            DEFAULT_MAX_SESSIONS as SESSIONS, DEFAULT_SESSION_IDLE_S as IDLE)
 
     board_of, lab_of = "chamber.operator:board_selection", "protocols.check_job:lab_selection"  # chambers of a command
     ds, claims, flag = "agent.datasheet_job", lambda a: claims_from_args(a)[0], {"action": "store_true"}
@@ -369,8 +369,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
                 help="folder for the per-session JSONL records (default records/chamber-api)"),
             opt("--token-file", type=Path,
                 help="file holding the bearer token (else env CHAMBERLAB_API_TOKEN); required off loopback"),
-            opt("--lease-timeout", type=seconds, default=60.0,
-                help="seconds a session may sit idle before another session can take the chamber (default 60)"),
+            opt("--lease-timeout", type=seconds, default=LEASE,
+                help=f"seconds a session may sit idle before another session can take the chamber (default {LEASE:g})"),
             opt("--lease-max-hold", type=seconds, default=HOLD,
                 help=f"longest one session keeps a chamber while another asks for it, seconds (default {HOLD:g})"),
             opt("--max-sessions", type=POSITIVE, default=SESSIONS,

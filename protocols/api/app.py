@@ -43,7 +43,10 @@ from protocols.claims import Claim, load_claims
 from .auth import BearerAuthMiddleware, LoopbackHostMiddleware
 from .errors import ApiError, error_body
 from .guard import GuardedChamber, SettingGuard
-from .lease import DEFAULT_MAX_HOLD_S, ChamberLease, LeaseBusy
+from protocols.service_defaults import (DEFAULT_LEASE_TIMEOUT_S, DEFAULT_MAX_HOLD_S, DEFAULT_MAX_SESSIONS,
+                                         DEFAULT_SESSION_IDLE_S)
+
+from .lease import ChamberLease, LeaseBusy
 from .live import LiveChamber, LiveFeed, add_live_routes
 from .operator import add_operator_routes
 from .record import RecordFiles, RecordMiddleware, RecordUnavailable
@@ -59,13 +62,12 @@ from .schemas import (
     ToolSpecModel,
     jsonable,
 )
-from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_S, Session, SessionStore
+from .sessions import Session, SessionStore
 from .tools import TOOLS, TOOLS_BY_NAME, Tool, ToolEnvironment
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "1.0"
-DEFAULT_LEASE_TIMEOUT_S = 60.0
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 APPARATUS_ERRORS: tuple[type[BaseException], ...] = (BridgeError, ChamberError, OSError, TimeoutError)

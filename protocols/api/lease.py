@@ -36,6 +36,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
+from protocols.service_defaults import DEFAULT_MAX_HOLD_S
+
 
 class LeaseBusy(Exception):
     """The lease is held by another session (or the holder's own earlier call did not finish in time)."""
@@ -102,9 +104,6 @@ class AsyncFifoLock:
         self._locked = False
 
 
-DEFAULT_MAX_HOLD_S = 600.0
-"""The longest one session keeps the lease while another asks for it (a protocol run on the real chamber takes
-a few minutes, so ten minutes never cuts one short)."""
 
 
 class ChamberLease:

@@ -30,10 +30,7 @@ from protocols.canonical import canonical_json, sha256_hex
 
 from .record import RecordFiles, SessionRecord
 
-DEFAULT_MAX_SESSIONS = 1000
-"""Open sessions one server holds at most (the main job opens one per claim, 49, one at a time)."""
-DEFAULT_SESSION_IDLE_S = 3600.0
-"""A session without a request for this long may be ended to make room under the cap."""
+from protocols.service_defaults import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_S
 
 _COMPONENT_CHAMBER = {"DPS310": "wt", "A4988": "wt", "ACS70331": "wt", "Si115x": "lt"}
 """Where a component sits when its claim has no protocol naming a chamber (A4988: the wind tunnel's hatch)."""
