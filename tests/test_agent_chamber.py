@@ -24,7 +24,6 @@ from conftest import shared_path
 from protocols.api import running_api
 from protocols.api.tools import TOOLS
 from protocols.canonical import canonical_json, sha256_hex
-from protocols.claims import load_claims
 from support import engine_error_before_a_turn, scripted_cell
 
 CLAIM = "dps310-relative-accuracy"
@@ -46,11 +45,6 @@ class Api:
 
     def tool_requests(self, session_id: str) -> list[str]:
         return [path.removeprefix("/tools/") for _, path in self.requests(session_id) if path.startswith("/tools/")]
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 @pytest.fixture()

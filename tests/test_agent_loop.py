@@ -29,16 +29,10 @@ from agent.prompt import project_claim
 from agent.record import validate_record
 from agent.testserver import serve_scripted
 from conftest import shared_path
-from protocols.claims import load_claims
 from support import SteppingClock, reads_the_claim
 
 NAVIGATION = {"build_datasheet", "get_section_text", "inspect_page"}
 VERIFICATION = {"search_text", "extract_table_markdown"}
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 def _pdf(claim) -> Path:

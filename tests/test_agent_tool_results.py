@@ -22,15 +22,9 @@ from agent.record import validate_record
 from agent.tool import NotRunHere, Tool, ToolResult
 from conftest import shared_path
 from protocols.api import running_api
-from protocols.claims import load_claims
 from support import SteppingClock
 
 CLAIM = "dps310-relative-accuracy"
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 class Calls:

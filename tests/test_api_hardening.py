@@ -17,16 +17,10 @@ from chamber.errors import InvalidSetting
 from chamber.limits import ControllerUnbounded, OperatorLimits, controller_overreach
 from firmware_bridge.variables import layout_for
 from protocols.api import running_api
-from protocols.claims import load_claims
 from support import ChamberSpy
 
 CLAIM = "dps310-operating-range"
 FAN_CAP = OperatorLimits(chamber="wt", variables={"load_out": {"min": 0, "max": 0.3}})
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 @pytest.fixture

@@ -18,15 +18,9 @@ import pytest
 import chamber
 from protocols.api import create_app, running_api, serve_in_thread
 from protocols.api.record import RecordFiles
-from protocols.claims import load_claims
 from support import ChamberSpy, ManualClock
 
 CLAIM = "dps310-operating-range"
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 @pytest.fixture

@@ -20,16 +20,10 @@ import pytest
 
 import chamber
 from protocols.api import TokenRequired, running_api
-from protocols.claims import load_claims
 
 PROJECT = Path(__file__).resolve().parents[1]
 CLAIM = "dps310-operating-range"
 TOKEN = "integration-token-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 class SetSpy:

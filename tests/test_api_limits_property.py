@@ -18,7 +18,6 @@ import chamber
 from chamber.limits import OperatorLimits
 from firmware_bridge.variables import layout_for
 from protocols.api import create_app
-from protocols.claims import load_claims
 
 LIMITS = OperatorLimits(chamber="wt", variables={
     "load_in": {"min": 0, "max": 0.6}, "load_out": {"max": 0.4}, "hatch": {"min": 5, "max": 20},
@@ -43,11 +42,6 @@ raw_stage = st.sampled_from([
 other = st.sampled_from([("measure", {"n": 1}), ("describe_chamber", {}), ("run_protocol", {"rows": 10, "settle_rows": 0}),
                          ("cross_sensor_check", {"n": 2})])
 actions = st.lists(st.one_of(stage, stage, raw_stage, other), min_size=1, max_size=8)
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from protocols.api import CODES, TOOLS, create_app
 from protocols.api.auth import TokenRequired, is_loopback, resolve_token
 from protocols.api.lease import ChamberLease, LeaseBusy
 from protocols.api.record import RecordFiles, SessionRecord
-from protocols.claims import load_claims
 from support import ManualClock
 
 CLAIM = "dps310-operating-range"
@@ -28,11 +27,6 @@ TOKEN = "t0ken-for-tests-0123456789"
 LOOPBACK = "http://127.0.0.1"  # the tokenless server answers loopback hosts only (TestClient says "testserver")
 LIMITS = OperatorLimits(chamber="wt", variables={"load_in": {"max": 0.6}, "hatch": {"min": 0, "max": 20},
                                                   "osr_upwind": {"allowed": [1, 8]}})
-
-
-@pytest.fixture(scope="module")
-def claims():
-    return load_claims()
 
 
 @pytest.fixture
