@@ -18,7 +18,8 @@ The sweep varies the bound, not the staging: decisive conditions that map to a c
 staged (the output says so); conditions the chamber cannot realise still make every row inconclusive.
 
 Output: a `SweepResult` (to_dict → JSON with decimal strings, exact digits), `write_sweep_csv`, and
-`sweep_figure`/`plot_sweep` (matplotlib.figure.Figure on the Agg canvas, no pyplot state).
+`sweep_figure`/`plot_sweep` (matplotlib.figure.Figure on the Agg canvas, no pyplot state); `write_sweep_files`
+writes the CSV and the figure both or neither, and a path it cannot write is named as the user gave it.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from protocols.measurement import Measurement, to_decimal
 from protocols.verdict import (
@@ -263,3 +265,48 @@ def plot_sweep(result: SweepResult, path: Path, *, dpi: int = 120) -> Path:
     path = Path(path)
     sweep_figure(result).savefig(path, dpi=dpi)
     return path
+
+
+class SweepOutputError(ValueError):
+    """A file the sweep was asked to write cannot be written; names the user's path and why."""
+
+
+def check_output_paths(paths: list[Path]) -> None:
+    """Refuse, before any measurement, an output path whose folder does not exist or that is a folder itself."""
+    for path in paths:
+        try:
+            is_dir, has_folder = path.is_dir(), path.parent.is_dir()
+        except OSError as e:  # e.g. a name longer than the file system takes
+            raise SweepOutputError(f"cannot write {path}: {e.strerror or type(e).__name__}") from e
+        if is_dir:
+            raise SweepOutputError(f"cannot write {path}: Is a directory (expected a file path)")
+        if not has_folder:
+            raise SweepOutputError(f"cannot write {path}: No such file or directory (folder {path.parent} "
+                                   "does not exist)")
+
+
+def write_sweep_files(result: SweepResult, *, csv_path: Path | None = None, plot_path: Path | None = None
+                      ) -> dict[str, str | None]:
+    """Write the CSV and the figure both or neither: each goes to a temporary file beside its target and is renamed
+    into place once both are written; on a failure no temporary file is left behind, and SweepOutputError names
+    the path the user gave (never the temporary one) and the system's reason."""
+    writers: list[tuple[Path, Callable[[SweepResult, Path], Path]]] = [
+        (Path(p), w) for p, w in ((csv_path, write_sweep_csv), (plot_path, plot_sweep)) if p is not None]
+    check_output_paths([p for p, _ in writers])
+    staged: dict[Path, Path] = {}
+    try:
+        for final, write in writers:
+            staged[final] = final.with_name(f".{final.stem[:120]}.partial-{os.getpid()}{final.suffix}")
+            try:
+                write(result, staged[final])
+            except OSError as e:
+                raise SweepOutputError(f"cannot write {final}: {e.strerror or type(e).__name__}") from e
+        for final, tmp in staged.items():
+            try:
+                os.replace(tmp, final)
+            except OSError as e:
+                raise SweepOutputError(f"cannot write {final}: {e.strerror or type(e).__name__}") from e
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+    return {"csv": str(csv_path) if csv_path else None, "plot": str(plot_path) if plot_path else None}

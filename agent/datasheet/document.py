@@ -4,7 +4,7 @@ Why: every tool (contents, search, section text, tables) needs the same facts ab
 order, the same lines grouped by baseline (so a table row reads as one line), the font size and weight of each, and
 which lines are running headers or footers. Reading them once per page keeps `build_datasheet` close to the cost of
 a plain `get_text()`, and refusing bad input here (missing file, not a PDF, encrypted, no pages) keeps the error
-messages in one place.
+messages in one place, each one line naming the file, what was expected and what arrived.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ class DocumentNotFound(DatasheetToolError):
 
 class NotAPdf(DatasheetToolError):
     pass
+
+
+class DamagedPdf(NotAPdf):
+    """A file that starts as a PDF but cannot be read whole: truncated (a cut download) or damaged."""
 
 
 class EncryptedPdf(DatasheetToolError):
@@ -124,28 +128,53 @@ class PageText:
 
 
 def open_pdf(path: str | Path) -> pymupdf.Document:
-    """Open `path` as a PDF or raise a typed error saying what was expected and what arrived."""
+    """Open `path` as a PDF or raise a typed error saying what was expected and what arrived: DocumentNotFound,
+    NotAPdf (no %PDF- header; a folder), DamagedPdf (truncated or damaged: no %%EOF in the last 1024 bytes, MuPDF
+    refuses it, or no page survives its repair), EncryptedPdf, EmptyDocument (a sound PDF with no page)."""
     p = Path(path)
     if not p.exists():
         raise DocumentNotFound(f"no file at {p}")
     if not p.is_file():
         raise NotAPdf(f"{p} is a directory, expected a PDF file")
+    size = p.stat().st_size
     with open(p, "rb") as f:
         head = f.read(1024)
+        f.seek(max(0, size - TAIL_BYTES))
+        tail = f.read()
     if b"%PDF-" not in head:
-        shown = head[:16]
-        raise NotAPdf(f"{p} does not start with a PDF header (%PDF-); first bytes {shown!r}")
+        raise NotAPdf(f"{p}: not a PDF (expected the header %PDF- in its first 1024 bytes; it starts with "
+                      f"\"{_printable(head[:16])}\")")
     try:
         doc = pymupdf.open(p, filetype="pdf")
     except Exception as exc:  # MuPDF raises its own types for broken files
-        raise NotAPdf(f"{p} could not be parsed as a PDF: {exc}") from exc
+        raise DamagedPdf(damaged(p, " ".join(str(exc).split()) or type(exc).__name__)) from exc
     if doc.needs_pass:
         doc.close()
-        raise EncryptedPdf(f"{p} is encrypted and needs a password; supply a decrypted copy")
-    if doc.page_count == 0:
+        raise EncryptedPdf(f"{p}: an encrypted PDF (it needs a password); expected an unencrypted one: supply a "
+                           "decrypted copy")
+    repaired, pages = doc.is_repaired, doc.page_count
+    if b"%%EOF" not in tail:
         doc.close()
-        raise EmptyDocument(f"{p} has zero pages")
+        raise DamagedPdf(damaged(p, f"it ends after {size} bytes without the closing %%EOF marker"))
+    if pages == 0:
+        doc.close()
+        if repaired:
+            raise DamagedPdf(damaged(p, "no page found, even after rebuilding its cross-reference table"))
+        raise EmptyDocument(f"{p}: a PDF without pages; expected at least one")
     return doc
+
+
+TAIL_BYTES = 1024
+"""A PDF ends with %%EOF within its last 1024 bytes (the readers' customary tolerance); a file without it was cut."""
+
+
+def damaged(path: Path, reason: str) -> str:
+    """The one wording of a PDF that cannot be read: the file, then why."""
+    return f"{path}: not a readable PDF (truncated or damaged: {reason})"
+
+
+def _printable(data: bytes) -> str:
+    return "".join(c if 32 <= ord(c) < 127 else "." for c in data.decode("latin-1"))
 
 
 # ------------------------------------------------------------------------------------------------------- reading

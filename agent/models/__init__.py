@@ -1,7 +1,8 @@
 """Model clients behind one interface, and `client_for`, which turns a `--model` string into one.
 
 Model strings: `scripted:<policy>` (offline, in process), `openai:<model>` (Responses API),
-`openai-compat:<base_url>#<model>` (chat completions: vLLM, LiteLLM), anything else an Anthropic model id.
+`openai-compat:<base_url>#<model>` (chat completions: vLLM, LiteLLM), `claude-…` an Anthropic model id; any other
+string is refused as an unknown spec (not sent to Anthropic, whose key would be asked for first).
 Any of them may end in `?option=value&...` (model options, so that a matrix can give each model its own):
 `thinking=<budget tokens>|off`, `effort=low|medium|high|...`, `max_output_tokens=<n>`, `images=false`, and
 `extra.<dotted.key>=<JSON value>` for chat-completions `extra_body` (e.g.
@@ -43,6 +44,11 @@ OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 
 class ModelSpecError(ValueError):
     """A --model string that names no known client."""
+
+
+ANTHROPIC_PREFIX = "claude"
+"""Anthropic's model ids all start with it (claude-sonnet-4-5, claude-3-5-haiku-latest, ...)."""
+EXPECTED_SPECS = "scripted:<policy>, claude-…, openai:<model> or openai-compat:<base_url>#<model>"
 
 
 _OPTION_KEYS = ("thinking", "effort", "max_output_tokens", "images")
@@ -97,8 +103,7 @@ def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
     Model options (`?...`) are not part of it: see split_model_options."""
     spec = split_model_options(spec)[0]
     if not spec:
-        raise ModelSpecError("empty model string; expected scripted:<policy>, openai:<model>, "
-                             "openai-compat:<base_url>#<model> or an Anthropic model id")
+        raise ModelSpecError(f"empty model spec; expected {EXPECTED_SPECS}")
     if spec.startswith("scripted:"):
         return "scripted", spec.removeprefix("scripted:"), None
     if spec.startswith("openai:"):
@@ -111,7 +116,9 @@ def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
         if not url.startswith(("http://", "https://")) or not model:
             raise ModelSpecError(f"expected openai-compat:<http(s) base_url>#<model>, got {spec!r}")
         return "openai-compat", model, url
-    return "anthropic", spec, None
+    if spec.startswith(ANTHROPIC_PREFIX):
+        return "anthropic", spec, None
+    raise ModelSpecError(f"unknown model spec {spec!r}; expected {EXPECTED_SPECS}")
 
 
 def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None = None,
@@ -127,7 +134,7 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
         from agent.models.scripted import ScriptedModel, policy_named
 
         if options:
-            raise ModelSpecError(f"scripted models take no model options, got {sorted(options)}")
+            raise ModelSpecError(f"scripted models take no model options, got {', '.join(sorted(options))}")
         return ScriptedModel(policy_named(model), model=f"scripted:{model}")
     _refuse(kind, options)
     if kind == "anthropic":
@@ -172,5 +179,5 @@ _ALLOWED = {
 def _refuse(kind: str, options: Mapping[str, Any]) -> None:
     bad = sorted(set(options) - _ALLOWED[kind])
     if bad:
-        raise ModelSpecError(f"model option(s) {bad} do not apply to {kind} models; they take "
+        raise ModelSpecError(f"model option(s) {', '.join(bad)} do not apply to {kind} models; they take "
                              f"{', '.join(sorted(_ALLOWED[kind]))}")

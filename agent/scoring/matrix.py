@@ -53,26 +53,31 @@ def check_plan(claims: Mapping[str, Any], selected: Sequence[str] | None, arms: 
     ids = list(claims) if selected is None else list(selected)
     unknown = [c for c in ids if c not in claims]
     if unknown:
-        raise MatrixRefused(f"unknown claim id(s) {unknown}; known: {', '.join(sorted(claims))}")
+        raise MatrixRefused(f"unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(claims))}")
     bad = [a for a in arms if a not in ARMS]
     if bad:
-        raise MatrixRefused(f"unknown arm(s) {bad}; known: {', '.join(ARMS)}")
+        raise MatrixRefused(f"unknown arm(s) {', '.join(bad)}; known: {', '.join(ARMS)}")
     return ids
 
 
 def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Sequence[str] | None,
                arms: Sequence[str], repeats: int, out: Path, datasheets_dir: Path, prices: Path | None,
                concurrency: int, max_turns: int, wall_s: float, no_chamber: bool, chamber_url: str | None,
-               chamber_token_file: Path | None, inspect_log: bool, say: Callable[[str], None]) -> dict[str, Any]:
-    """Check the request (ids, arms, every model's key, the datasheet folder) before any cell runs, run the plan
-    into `out` with its index, score it into `out/scores.json` and the index rows; the run's counts, the
+               chamber_token_file: Path | None, inspect_log: bool, say: Callable[[str], None],
+               claim_sources: Sequence[str | Path] = ()) -> dict[str, Any]:
+    """Check the request (the --out folder, ids, arms, every model's key, the datasheet folder) before any cell
+    runs, record the claim pool in `out/claim_pool.json` (with `claim_sources`, the files it came from), run the
+    plan into `out` with its index, score it into `out/scores.json` and the index rows; the run's counts, the
     scores' summary and (with `inspect_log`) one inspect-ai eval log per model."""
     from agent.extract_job import chamber_for_cells
     from agent.loop import Budget
     from agent.models import client_for
     from agent.runindex import RunIndex
     from agent.scoring.pricing import load_price_table
+    from protocols.claim_sources import write_run_pool
 
+    if out.exists() and not out.is_dir():
+        raise MatrixRefused(f"--out {out} is a file; expected a folder (new or a run folder to resume)")
     ids = check_plan(claims, selected, arms)
     for m in models:  # fail before any cell runs when a key is missing
         client_for(m, os.environ)
@@ -82,6 +87,7 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
                             "CHAMBERLAB_SHARED)")
     cells = plan(list(models), ids, repeats, list(arms))
     out.mkdir(parents=True, exist_ok=True)
+    write_run_pool(out, claims, list(claim_sources) or ["the claims given to matrix (sources not named)"])
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with RunIndex(out / "index.sqlite") as index, contextlib.ExitStack() as stack:
         where = CellIndex(index, out.name)

@@ -20,15 +20,16 @@ class NotARunFolder(ValueError):
 
 
 def score_job(paths: Sequence[Path], *, datasheets_dir: Path, prices: Path | None, no_grounding: bool,
-              out: Path | None) -> dict[str, Any]:
+              out: Path | None, claims: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score record files, run folders or an imported archive (agent.scoring.score) with the price table of the
-    file `prices`; written to `out` if given. The source-grounding search runs unless `no_grounding`, when the
-    datasheet folder exists."""
+    file `prices`; written to `out` if given. Each run folder's cells are graded against the claim pool the run
+    recorded (claim_pool.json; an older folder: the pool `run` grades), unless `claims` is given (`--claims`).
+    The source-grounding search runs unless `no_grounding`, when the datasheet folder exists."""
     from agent.scoring.pricing import load_price_table
     from agent.scoring.score import score_paths
     from protocols.files import json_default
 
-    data = score_paths(list(paths), datasheets_dir=datasheets_dir if datasheets_dir.exists() else None,
+    data = score_paths(list(paths), claims=claims, datasheets_dir=datasheets_dir if datasheets_dir.exists() else None,
                        prices=load_price_table(prices) if prices else None, ground=not no_grounding)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -51,20 +52,23 @@ def score_text(d: Mapping[str, Any]) -> str:
         lines.append(f"... {len(d['cells']) - 200} more cells (use --json)")
     s = d["summary"]
     lines.append(f"cells {s['cells']}, fidelity passed {s['fidelity_passed']}, flagged {flagged_text(s['flagged'])}")
+    if s.get("claim_pools"):
+        lines.append(f"claims graded against: {'; '.join(s['claim_pools'])}")
     for key in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total", "clean_cells_flagged", "kappa"):
         if key in s:
             lines.append(f"{key}: {s[key]}")
     return "\n".join(lines)
 
 
-def report_job(run_dir: Path) -> dict[str, Any]:
-    """Write run_dir/report.md, report.html and figures/ from what the run folder holds."""
+def report_job(run_dir: Path, claims: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write run_dir/report.md, report.html and figures/ from what the run folder holds; cells re-scored (a folder
+    without a readable scores.json) are graded against the run's recorded claim pool unless `claims` is given."""
     from agent.scoring.report import write_report
 
     if run_dir.is_dir() and not any((run_dir / n).exists() for n in RUN_FOLDER_FILES):
         raise NotARunFolder(f"{run_dir}: expected a run folder holding one of {', '.join(RUN_FOLDER_FILES)}; "
                             "it holds none of them (run `run` or `matrix --out` first)")
-    path = write_report(run_dir)
+    path = write_report(run_dir, claims=claims)
     return {"report": str(path), "html": str(path.with_suffix(".html")),
             "figures": sorted(str(p) for p in (run_dir / "figures").glob("*.png"))}
 

@@ -16,7 +16,7 @@ import json
 import logging
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from agent.scoring import report_figures as figs
 from agent.scoring.report_format import cell, number, places_of, verdict_places, with_u
@@ -38,8 +38,9 @@ REASON_CHARS = 160
 class _Inputs:
     """Reads the run folder's files and remembers which were absent or unreadable, with what that leaves out."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, claims: Mapping[str, Any] | None = None) -> None:
         self.run_dir = run_dir
+        self.claims = claims  # None: the run's recorded claim pool (agent.scoring.score)
         self.absent: list[str] = []
 
     def note(self, text: str) -> None:
@@ -79,7 +80,7 @@ class _Inputs:
             from agent.scoring.score import score_paths
 
             self.absent[-1] += "; re-scored from cells/"
-            return score_paths([self.run_dir]), "re-scored from cells/ (no readable scores.json)"
+            return score_paths([self.run_dir], claims=self.claims), "re-scored from cells/ (no readable scores.json)"
         self.note("cells/ (no agent cells)")
         return None, "absent"
 
@@ -211,7 +212,9 @@ def _agent_blocks(scores: dict[str, Any] | None, how: str, figs_dir: Path) -> tu
     summary = (f"{s.get('cells', len(rows))} cells; fidelity passed {s.get('fidelity_passed')}; "
                f"engine errors {s.get('engine_errors')}; detector flags {fl.get('count', 0)} of {fl.get('n', 0)} "
                f"fidelity-passing cells{bound}; by rule {s.get('flags_by_rule') or {}}.")
-    blocks: list[Block] = [("h2", "The agent"), ("p", f"{summary} Source: {how}.")]
+    pools = s.get("claim_pools")
+    graded = f" Claims graded against: {'; '.join(map(str, pools))}." if pools else ""
+    blocks: list[Block] = [("h2", "The agent"), ("p", f"{summary} Source: {how}.{graded}")]
     archive = [f"{k}: {cell(s[k])}" for k in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total",
                                                "clean_cells_flagged", "kappa") if k in s]
     if archive:
@@ -368,12 +371,13 @@ def _render_html(blocks: list[Block], title: str) -> str:
     return "\n".join(body)
 
 
-def build_blocks(run_dir: Path) -> list[Block]:
-    """The report as blocks: provenance, the headline, each part in detail, then exactly what was absent."""
+def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None) -> list[Block]:
+    """The report as blocks: provenance, the headline, each part in detail, then exactly what was absent. Cells
+    re-scored (no readable scores.json) are graded against `claims`, by default the run's recorded pool."""
     run_dir = Path(run_dir)
     figs_dir = run_dir / "figures"
     figs_dir.mkdir(exist_ok=True)
-    inputs = _Inputs(run_dir)
+    inputs = _Inputs(run_dir, claims)
     summary = inputs.json("summary.json", "no provenance")
     if summary is not None and not summary.get("provenance"):
         inputs.note("provenance in summary.json (an older run: fields not recorded)")
@@ -401,7 +405,7 @@ def build_blocks(run_dir: Path) -> list[Block]:
     return blocks
 
 
-def write_report(run_dir: Path) -> Path:
+def write_report(run_dir: Path, claims: Mapping[str, Any] | None = None) -> Path:
     """Write RUN_DIR/report.md, RUN_DIR/report.html (figures embedded) and RUN_DIR/figures/*.png; returns report.md.
 
     Order is what a reader wants first: what made the run (provenance), the headline (verdict counts, definitive
@@ -411,7 +415,7 @@ def write_report(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run directory")
-    blocks = build_blocks(run_dir)
+    blocks = build_blocks(run_dir, claims)
     report = run_dir / "report.md"
     report.write_text(_render_markdown(blocks, run_dir), encoding="utf-8")
     (run_dir / "report.html").write_text(_render_html(blocks, blocks[0][1]), encoding="utf-8")

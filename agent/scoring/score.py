@@ -315,16 +315,41 @@ def _kappa(rows: list[dict[str, Any]], gold_files: list[Path]) -> dict[str, Any]
     }
 
 
+GIVEN_POOL = "the claims given to the scorer (the run's own pool when the run scored; `--claims` offline)"
+
+
+class _Pools:
+    """The claims each scored file is graded against: the caller's `claims` for all, else per file the pool its
+    run recorded (protocols.claim_sources.claims_for_run), loaded once per run folder; remembers which were used."""
+
+    def __init__(self, claims: Mapping[str, Any] | None) -> None:
+        self.given = claims
+        self.loaded: dict[str, Mapping[str, Any]] = {}
+        self.used: set[str] = set()
+
+    def claims_for(self, path: Path) -> Mapping[str, Any]:
+        if self.given is not None:
+            self.used.add(GIVEN_POOL)
+            return self.given
+        from protocols.claim_sources import RUN_POOL_FILE, MAIN_JOB_POOL, claims_for_run, run_pool_dir
+
+        folder = run_pool_dir(path)
+        key = str(folder / RUN_POOL_FILE) if folder is not None else MAIN_JOB_POOL
+        if key not in self.loaded:
+            self.loaded[key] = claims_for_run(path)[0]
+        self.used.add(key)
+        return self.loaded[key]
+
+
 def score_paths(paths: Iterable[Path | str], *, claims: Mapping[str, Any] | None = None,
                 datasheets_dir: Path | None = None, prices: PriceTable | None = None,
                 ground: bool = True) -> dict[str, Any]:
-    """Score every record and imported archive cell under `paths`. `claims` defaults to the packaged claim set;
-    `datasheets_dir` holds the PDFs the source-grounding check searches (None: the records' own paths). With
-    `ground=False` no document is opened, so fidelity does not check the cited page."""
-    if claims is None:
-        from protocols.claims import load_claims
-
-        claims = load_claims()
+    """Score every record and imported archive cell under `paths`. `claims` (given) grades every cell; by default
+    each cell is graded against the claim pool its run folder recorded (claim_pool.json), and a cell of a folder
+    without one against the pool `run` grades (the packaged claims plus the chamber parts'). `datasheets_dir`
+    holds the PDFs the source-grounding check searches (None: the records' own paths). With `ground=False` no
+    document is opened, so fidelity does not check the cited page. The summary names the pools used."""
+    pools = _Pools(claims)
     inp = _collect(paths)
     rows: list[dict[str, Any]] = []
     with DatasheetSearcher() as searcher:
@@ -332,14 +357,16 @@ def score_paths(paths: Iterable[Path | str], *, claims: Mapping[str, Any] | None
         for path in inp.records:
             facts = facts_from_record(path)
             verdict = (inp.checks.get(facts.claim_id) or {}).get("verdict")
-            rows.append(score_cell(facts, claims.get(facts.claim_id), searcher=s, datasheets_dir=datasheets_dir,
-                                   verdict=verdict, prices=prices))
+            rows.append(score_cell(facts, pools.claims_for(path).get(facts.claim_id), searcher=s,
+                                   datasheets_dir=datasheets_dir, verdict=verdict, prices=prices))
         for path in inp.imported:
+            pool = pools.claims_for(path)
             for cell in read_imported(path):
                 facts = facts_from_imported(cell)
-                rows.append(score_cell(facts, claims.get(facts.claim_id), searcher=s,
+                rows.append(score_cell(facts, pool.get(facts.claim_id), searcher=s,
                                        datasheets_dir=datasheets_dir, prices=prices))
     summary = _summary(rows)
+    summary["claim_pools"] = sorted(pools.used)
     if inp.imported:
         summary.update(archive_summary(rows, inp.gold))
     summary["grounding"] = "evaluated" if ground else "skipped (ground=False)"
