@@ -8,6 +8,14 @@ with JSON arguments → the tool's result JSON, or {"error": {"code", "message"}
 The listed tools become the agent's one Tool type (without a handler: they run on the service), and a call's
 answer carries the ToolResult the model reads, whose `error_type` is the API's error code (or HTTP<status>).
 
+Why a call's read timeout follows its plan (issue 24): a protocol run at the real board's pace took 131 s and the
+client's fixed 120 s timeout turned a finished run into an engine error. Before a chamber tool call the client
+asks POST /sessions/{id}/plans/{name} (same body) for the call's planned chamber seconds and waits for the answer
+its base read timeout plus PLAN_FACTOR times the plan. Why not a progress stream: the answer stays one JSON body
+with the tool's own status (the record, the refusals and every other client keep working unchanged), and a call
+that really hangs still ends, a bounded time after its plan. A server that cannot plan (an older one, an error)
+leaves the base timeout in force.
+
 A service bound off loopback requires `Authorization: Bearer <token>` on every request (protocols/api/auth.py).
 The client sends the token it is given; a 401 is never a tool result the model sees, it is ChamberAuthError
 saying whether a token was missing or refused, so a run against such a service ends as an engine error.
@@ -16,6 +24,7 @@ saying whether a token was missing or refused, so a run against such a service e
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +34,12 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.tool import JsonObject, Tool, ToolResult
+
+
+PLAN_FACTOR = 1.5
+"""A call may run this many times its planned chamber seconds (on top of the base read timeout) before the client
+gives up on it: the plan is an estimate (rows at the board's pace, SET round trips, settles); this covers a
+slower board and the overheads around it (a 10-row protocol run planned 2.3 s took 2.8 s at the real pace)."""
 
 
 class ChamberError(Exception):
@@ -153,6 +168,36 @@ class ChamberClient:
                                status=resp.status_code)
         return data
 
+    def end_session(self, session_id: str) -> None:
+        """End a session and free its chamber leases (DELETE /sessions/{id}); an unknown one raises (404)."""
+        self._json("DELETE", f"/sessions/{session_id}", "session_id")
+
+    def planned_seconds(self, session_id: str, name: str, arguments: dict[str, Any]) -> float | None:
+        """The service's planned chamber seconds for this call, or None when it cannot say (refused, no route,
+        no answer): the caller then keeps its base timeout."""
+        try:
+            resp = self._request("POST", f"/sessions/{session_id}/plans/{name}", json=arguments)
+        except ChamberAuthError:
+            raise
+        except ChamberError:
+            return None
+        if resp.status_code != 200:
+            return None
+        try:
+            planned = float(resp.json()["planned_s"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        return planned if math.isfinite(planned) and planned >= 0 else None
+
+    def call_timeout(self, planned_s: float | None) -> httpx.Timeout:
+        """The http client's timeouts with the read timeout stretched to base + PLAN_FACTOR x planned seconds
+        (no base read timeout: none either)."""
+        base = self._http.timeout
+        if planned_s is None or base.read is None:
+            return base
+        return httpx.Timeout(connect=base.connect, read=base.read + PLAN_FACTOR * planned_s, write=base.write,
+                             pool=base.pool)
+
     def create_session(self, claim_id: str) -> str:
         return str(self._json("POST", "/sessions", "session_id", json={"claim_id": claim_id})["session_id"])
 
@@ -177,8 +222,11 @@ class ChamberClient:
 
     def call_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> ChamberToolResult:
         """Call one chamber tool. A refusal (4xx/5xx with an error object) is a result, not an exception: the
-        model sees it; only transport failures and a 401 (ChamberAuthError: not the model's doing) raise."""
-        resp = self._request("POST", f"/sessions/{session_id}/tools/{name}", json=arguments)
+        model sees it; only transport failures (a read timeout: base + PLAN_FACTOR x the service's plan) and a 401
+        (ChamberAuthError: not the model's doing) raise."""
+        planned = self.planned_seconds(session_id, name, arguments)
+        resp = self._request("POST", f"/sessions/{session_id}/tools/{name}", json=arguments,
+                             timeout=self.call_timeout(planned))
         try:
             body = resp.json()
         except ValueError:

@@ -421,6 +421,17 @@ class _Cell:
             self.chamber_outcome = answer.body if answer.body is not None else {}
         return answer.result
 
+    def release_session(self) -> None:
+        """End the chamber session of a cell that did not submit its outcome (which ends it on the server): an
+        open session holds a place under the service's per-client cap until it idles out, so a run of cells
+        that stop early would otherwise lock its own client out."""
+        if self.chamber is None or self.session_id is None or self.chamber_outcome is not None:
+            return
+        try:
+            self.chamber.end_session(self.session_id)
+        except ChamberError as e:
+            log.info("could not end chamber session %s: %s", self.session_id, e)
+
     def finish(self, outcome: str, detail: str) -> RunEnd:
         return self.writer.write(
             RunEnd, outcome=outcome, phase=self.phase, detail=detail[:2000], extraction=self.extraction,
@@ -480,6 +491,8 @@ def run_cell(
         except Exception as e:  # recorded as an engine outcome, then re-raised for the caller to see
             cell.finish("engine_error", f"{type(e).__name__}: {e}")
             raise
+        finally:
+            cell.release_session()
         cell.finish(outcome, detail)
     return CellResult(run_id=run_id, outcome=outcome, extraction=cell.extraction,
                       extraction_sha256=cell.extraction_sha256, chamber_outcome=cell.chamber_outcome,

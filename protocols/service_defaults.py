@@ -18,3 +18,8 @@ DEFAULT_MAX_SESSIONS = 1000
 
 DEFAULT_SESSION_IDLE_S = 3600.0
 """A session without a request for this long may be ended to make room under the cap."""
+
+DEFAULT_MAX_SESSIONS_PER_CLIENT = 16
+"""Open sessions one client (one peer address) holds at most, so one client cannot fill the server's cap and lock
+everyone else out for the idle window (issue 24: 1,000 sessions in 2.4 s); an agent matrix runs a few cells at
+a time, each with one session."""

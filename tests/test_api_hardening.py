@@ -17,10 +17,14 @@ from chamber.errors import InvalidSetting
 from chamber.limits import ControllerUnbounded, OperatorLimits, controller_overreach
 from firmware_bridge.variables import layout_for
 from protocols.api import running_api
+from chamber.safe_state import SafeState
 from support import ChamberSpy
 
 CLAIM = "dps310-operating-range"
 FAN_CAP = OperatorLimits(chamber="wt", variables={"load_out": {"min": 0, "max": 0.3}})
+SAFE_WT = {"load_in": 0.0, "load_out": 0.0}
+SAFE_START = ("set_many", SAFE_WT)
+"""What a session's first wind-tunnel call applies (the default safe state) before the call itself."""
 
 
 @pytest.fixture
@@ -60,7 +64,7 @@ def test_the_issues_controller_settings_are_refused_and_nothing_moves(pc, tmp_pa
         assert error["code"] == "setting_refused"
         assert {d["variable"] for d in error["details"]} == {"gain_p", "gain_i", "input"}
         assert "-5..0" in error["message"] and "30000..120000" in error["message"]
-    assert spy.calls == [] and pc.state() == {}
+    assert spy.calls == [SAFE_START] and pc.state() == SAFE_WT  # the session's safe start, nothing refused
 
 
 def test_catalogue_ranges_of_the_controller_settings():
@@ -74,8 +78,9 @@ def test_catalogue_ranges_of_the_controller_settings():
 
 def test_in_range_target_cannot_make_the_controller_exceed_the_fan_cap(pc, tmp_path, claims):
     # Firmware gains and a target 4.5 kPa below ambient: the PID's output saturates at -1, i.e. load_out 1.
+    # An empty safe state: the fans stay unset (a session's safe start would pin them at 0 and bound the PID).
     spy = ChamberSpy(pc)
-    with running_api({"wt": spy}, limits=FAN_CAP, record_dir=tmp_path, claims=claims) as url, \
+    with running_api({"wt": spy}, limits=FAN_CAP, record_dir=tmp_path, claims=claims, safe=SafeState({})) as url, \
             httpx.Client(base_url=url) as http:
         sid = _frozen(http)
         assert _tool(http, sid, "stage_conditions", {"settings": {"input": 90000, "gain_p": -0.5}}).status_code == 200
@@ -132,7 +137,7 @@ def test_a_halted_board_is_recovered_without_a_restart(wt, tmp_path, claims):
         assert r.status_code == 200, r.text
         (report,) = r.json()["recovered"]
         assert report["chamber"] == "wt" and report["reset"] is True
-        assert report["settings_before"] == {"load_in": 0.4}
+        assert report["settings_before"] == {**SAFE_WT, "load_in": 0.4}
         assert report["applied"] == {"load_in": 0.0, "load_out": 0.0} and "ChamberHalted" in report["last_fault"]
         r = _tool(http, sid, "measure", {"n": 3, "variables": ["load_in"]})
         assert r.status_code == 200, r.text
@@ -151,8 +156,8 @@ def test_recover_with_last_reapplies_the_inputs_in_force(wt, tmp_path, claims):
         assert _tool(http, sid, "measure", {"n": 2}).status_code == 503
         r = http.post("/operator/recover", json={"chamber": "wt", "restore": "last"})
         assert r.status_code == 200, r.text
-        assert r.json()["recovered"][0]["applied"] == {"load_in": 0.4, "hatch": 9.0}
-        assert wt.state() == {"load_in": 0.4, "hatch": 9.0}
+        assert r.json()["recovered"][0]["applied"] == {**SAFE_WT, "load_in": 0.4, "hatch": 9.0}
+        assert wt.state() == {**SAFE_WT, "load_in": 0.4, "hatch": 9.0}
         assert http.post("/operator/recover", json={"chamber": "lt"}).status_code == 409  # not connected
 
 
@@ -175,7 +180,7 @@ def test_a_value_the_board_cannot_hold_refuses_the_whole_call(wt, tmp_path, clai
         assert r.status_code == 422, r.text
         assert r.json()["error"]["details"] == [{"variable": "hatch", "value": tiny, "expected": r.json()["error"][
             "details"][0]["expected"]}] and "32-bit float" in r.json()["error"]["message"]
-    assert spy.calls == [] and "load_in" not in wt.state()
+    assert spy.calls == [SAFE_START] and wt.state() == SAFE_WT  # only the session's safe start
 
 
 # --------------------------------------------------------------- 4. run_protocol checks every stage before any
@@ -192,7 +197,7 @@ def test_run_protocol_refuses_a_later_stage_before_any_set_or_measurement(wt, tm
         r = _tool(http, sid, "run_protocol", {"rows": 10, "settle_rows": 0})
         assert r.status_code == 422, r.text
         assert r.json()["error"]["code"] == "setting_refused" and refused in r.json()["error"]["message"]
-    assert spy.calls == [] and wt.state() == {}
+    assert spy.calls == [SAFE_START] and wt.state() == SAFE_WT  # only the session's safe start
 
 
 def test_the_driver_itself_refuses_a_measurement_the_controller_could_drive_past_a_limit():

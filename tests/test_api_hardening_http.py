@@ -144,14 +144,14 @@ def test_a_request_that_cannot_be_recorded_never_reaches_the_chamber(wt, tmp_pat
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "record_unavailable" and "No space left" in r.json()["error"]["message"]
         assert http.post("/sessions", json={"claim_id": CLAIM}).status_code == 503  # no unrecorded session either
-        assert spy.calls == [] and wt.state() == {}
+        assert spy.calls == [] and wt.state() == {}  # refused before the lease: not even the safe start
         disk.armed = False
         assert http.post(f"/sessions/{sid}/tools/stage_conditions",
                          json={"settings": {"load_in": 0.5}}).status_code == 200
     lines = _strict_lines(tmp_path / f"{sid}.jsonl")  # no half line anywhere
     _paired(lines)
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
-    assert spy.calls == [("set_many", {"load_in": 0.5})]
+    assert spy.calls == [("set_many", {"load_in": 0.0, "load_out": 0.0}), ("set_many", {"load_in": 0.5})]
 
 
 # -------------------------------------------------------------------------------------- 6. the lease's max hold

@@ -93,7 +93,7 @@ def test_snapshot_shows_state_rows_and_claim_but_no_session_id(wt, tmp_path, cla
         r = http.get("/live")
         assert r.status_code == 200
         snap = r.json()
-        assert snap["chambers"]["wt"]["state"] == {"load_in": 0.25}
+        assert snap["chambers"]["wt"]["state"] == {"load_in": 0.25, "load_out": 0.0}  # after the session's safe start
         assert len(snap["rows"]) == 4 and "pressure_upwind" in snap["rows"][0]["values"]
         assert snap["claim"]["id"] == CLAIM and snap["claim"]["activity"] == "measure"
         assert sid not in r.text

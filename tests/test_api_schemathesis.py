@@ -27,7 +27,8 @@ EXAMPLES_PER_OPERATION = 12
 def api_app(tmp_path_factory):
     wt = chamber.open_chamber(backend="sim", chamber="wt", seed=5)
     app = create_app({"wt": wt}, record_dir=tmp_path_factory.mktemp("records"), claims=load_claims(),
-                     lease_timeout_s=0.05, call_wait_s=5.0, allowed_hosts=("testserver",))  # the ASGI client's Host
+                     lease_timeout_s=0.05, call_wait_s=5.0, allowed_hosts=("testserver",),  # the ASGI client's Host
+                     max_sessions_per_client=100_000)  # every fuzzed session comes from the one test client
     yield app
     wt.close()
 

@@ -24,6 +24,8 @@ from support import ManualClock
 
 CLAIM = "dps310-operating-range"
 TOKEN = "t0ken-for-tests-0123456789"
+SAFE_WT = {"load_in": 0.0, "load_out": 0.0}
+"""What a session's first chamber call applies on the wind tunnel (the default safe state: fans off)."""
 LOOPBACK = "http://127.0.0.1"  # the tokenless server answers loopback hosts only (TestClient says "testserver")
 LIMITS = OperatorLimits(chamber="wt", variables={"load_in": {"max": 0.6}, "hatch": {"min": 0, "max": 20},
                                                   "osr_upwind": {"allowed": [1, 8]}})
@@ -173,7 +175,7 @@ def test_describe_chamber_lists_variables_limits_and_state(client):
     assert by_name["osr_upwind"]["allowed"] == "one of 1, 2, 4, 8"
     assert by_name["pressure_upwind"]["kind"] == "sensor" and by_name["pressure_upwind"]["unit"] == "Pa"
     assert "counter" not in by_name
-    assert d["state"] == {"load_in": 0.25} and d["protocol"]["key"] == "dps310.operating_range"
+    assert d["state"] == {**SAFE_WT, "load_in": 0.25} and d["protocol"]["key"] == "dps310.operating_range"
 
 
 def test_stage_conditions_refuses_the_whole_request_when_one_value_is_outside(client, wt):
@@ -185,10 +187,10 @@ def test_stage_conditions_refuses_the_whole_request_when_one_value_is_outside(cl
     err = assert_error(r, 422, "setting_refused")
     assert {d["variable"] for d in err["details"]} == {"load_in", "hatch"}  # every refused value is named
     assert "operator limits" in err["message"] and "0..45" in err["message"]
-    assert sent == [] and wt.state() == {}
+    assert sent == list(SAFE_WT.items()) and wt.state() == SAFE_WT  # only the session's safe start was sent
     r = tool(client, sid, "stage_conditions", {"settings": {"load_out": 0.3, "osr_upwind": 8}})
     assert r.status_code == 200 and r.json()["applied"] == {"load_out": 0.3, "osr_upwind": 8.0}
-    assert sent == [("load_out", 0.3), ("osr_upwind", 8.0)]
+    assert sent == [*SAFE_WT.items(), ("load_out", 0.3), ("osr_upwind", 8.0)]
 
 
 @pytest.mark.parametrize("settings,code", [
@@ -265,7 +267,7 @@ def test_run_protocol_refused_when_its_staging_breaks_the_limits(wt, tmp_path, c
         sid = frozen_session(c)
         err = assert_error(tool(c, sid, "run_protocol", {"rows": 20}), 422, "setting_refused")
         assert "osr_upwind" in err["message"]
-    assert wt.state() == {}
+    assert wt.state() == SAFE_WT  # the session's safe start, nothing of the protocol
 
 
 def test_submit_stores_the_outcome_ends_the_session_and_frees_the_lease(client, app):
@@ -472,16 +474,18 @@ def test_every_request_and_response_is_recorded_in_order(client, app):
     kinds = [(e["kind"], e.get("status")) for e in events]
     assert kinds == [("request", None), ("response", 201), ("request", None), ("response", 409),
                      ("request", None), ("response", 200), ("request", None), ("response", 422),
-                     ("request", None), ("response", 200)]
-    assert [e["seq"] for e in events] == list(range(1, 11))
+                     ("request", None), ("safe_state", None), ("response", 200)]  # first lease: safe start
+    assert [e["seq"] for e in events] == list(range(1, 12))
     assert events[4]["body"] == {"payload": {"value": 1}}
     assert events[7]["body"]["error"]["code"] == "invalid_arguments"
-    assert events[9]["body"]["variables"]["rpm_in"]["n"] == 2
+    assert events[9]["applied"] == SAFE_WT and events[9]["chamber"] == "wt"
+    assert events[10]["body"]["variables"]["rpm_in"]["n"] == 2
 
 
 def test_record_is_on_disk_before_the_response_is_read(client, app):
     sid = frozen_session(client)
     path = app.state.api.store.get(sid).record.path
+    tool(client, sid, "describe_chamber")  # the first chamber call also records the session's safe start
     before = len(path.read_text().splitlines())
     tool(client, sid, "describe_chamber")
     lines = path.read_text().splitlines()

@@ -1,9 +1,11 @@
 """The chamber tools API (issue #5): an untrusted agent reaches the chamber only through these HTTP tools.
 
-Modules, one job each: app (the FastAPI factory and request path), sessions (freeze and lifecycle), lease (one
-session at a time on the apparatus), guard (firmware allowed values and operator limits, on the server), tools
-(the six tools), record (per-session JSONL), auth (loopback or bearer token), schemas (the HTTP models), errors
-(the one error envelope), server (uvicorn in a thread or in front), operator (recovering a halted board).
+Modules, one job each: app (the FastAPI factory and request path), sessions (freeze, lifecycle, the caps), lease
+(one session at a time on each chamber), guard (firmware allowed values and operator limits, on the server), tools
+(the six tools), timing (the chambers a call touches and its planned seconds), chamber_state (a chamber's link
+for /health and a session's safe start), record (per-session JSONL), auth (loopback or bearer token), schemas (the
+HTTP models), errors (the one error envelope), server (uvicorn in a thread or in front), operator (recovering a
+halted board).
 """
 
 from .app import API_VERSION, ApiState, create_app

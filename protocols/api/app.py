@@ -11,12 +11,21 @@ Request path of a tool call `POST /sessions/{id}/tools/{name}` (the order is the
   frozen (409) -> Content-Type application/json (415) -> arguments parse against the tool's model (422) -> lease
   (409 + Retry-After) -> the tool (SETs only after the whole request passed the SettingGuard; measurements only
   while the pressure controller cannot drive a fan past its limit) -> record the response -> reply.
+Each session starts from the chamber's safe state (issue 24: a session inherited the last one's `hatch 40,
+load_in 0.7`): the first time a session takes a chamber's lease after another session (or nobody) used it, the
+safe settings not in force are applied and a `safe_state` event in the session's record says what was applied.
+Why at the lease and not at POST /sessions: a new session must not move a chamber another session is working on;
+and with two sessions alternating on one chamber, each finds it safe when it takes it back, never half of the
+other's staging. GET /health reports each chamber's link as the driver knows it (200 while any chamber is up,
+"degraded" if one is not; 503 "down" when none is). POST /sessions/{id}/plans/{tool} says a call's planned
+chamber seconds before it is made, so a client sets its read timeout from them (timing.py); it is answered before
+the freeze too (it reads nothing from the chamber) and recorded like every path of a session.
 Arguments are validated after the freeze check on purpose: before the freeze every chamber tool answers 409,
 whatever was sent. The tool's schema is still documented in /openapi.json (and served at GET /tools).
 
 Why the tool route is async: everything but the chamber work is bookkeeping of a few tens of microseconds, done
-on the event loop; the chamber work runs where `ChamberRunner` says (inline for the in-process simulator, one
-dedicated thread for a device). Bouncing every call through the thread pool cost more than the call itself and,
+on the event loop; the chamber work runs where `ChamberRunner` says (inline for the in-process simulator, a
+thread per chamber for a device). Bouncing every call through the thread pool cost more than the call itself and,
 with many clients, made the loop and a crowd of pool threads fight over the GIL (issue #5 latency goal).
 """
 
@@ -41,12 +50,13 @@ from firmware_bridge.errors import BridgeError
 from protocols.claims import Claim, load_claims
 
 from .auth import BearerAuthMiddleware, LoopbackHostMiddleware
+from .chamber_state import link_of, start_safe, state_now
 from .errors import ApiError, error_body
 from .guard import GuardedChamber, SettingGuard
 from protocols.service_defaults import (DEFAULT_LEASE_TIMEOUT_S, DEFAULT_MAX_HOLD_S, DEFAULT_MAX_SESSIONS,
-                                         DEFAULT_SESSION_IDLE_S)
+                                         DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SESSION_IDLE_S)
 
-from .lease import ChamberLease, LeaseBusy
+from .lease import ChamberLeases, LeaseBusy, LeaseGrant
 from .live import LiveChamber, LiveFeed, add_live_routes
 from .operator import add_operator_routes
 from .record import RecordFiles, RecordMiddleware, RecordUnavailable
@@ -57,12 +67,14 @@ from .schemas import (
     ExtractionFrozen,
     FreezeExtraction,
     FrozenExtraction,
+    PlannedCall,
     SessionCreated,
     SessionStatus,
     ToolSpecModel,
     jsonable,
 )
 from .sessions import Session, SessionStore
+from .timing import chambers_touched, nominal_row_s, planned_seconds
 from .tools import TOOLS, TOOLS_BY_NAME, Tool, ToolEnvironment
 
 log = logging.getLogger(__name__)
@@ -79,11 +91,12 @@ class ApiState:
     """What the app holds, reachable as `app.state.api` (tests and the CLI read it)."""
 
     store: SessionStore
-    lease: ChamberLease
+    lease: ChamberLeases
     env: ToolEnvironment
     runner: ChamberRunner
     live: LiveFeed
     faults: dict[str, str] = field(default_factory=dict)  # chamber kind -> the last apparatus error seen on it
+    last_user: dict[str, str] = field(default_factory=dict)  # chamber kind -> the session that last had its lease
 
     def close(self) -> None:
         """Close the record files, end the live streams and stop the chamber thread (when the server stops)."""
@@ -140,6 +153,7 @@ def create_app(
     chamber_calls: str = "auto",
     lease_max_hold_s: float = DEFAULT_MAX_HOLD_S,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
+    max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
     session_idle_s: float = DEFAULT_SESSION_IDLE_S,
     allowed_hosts: tuple[str, ...] = (),
     safe: SafeState | None = None,
@@ -151,10 +165,11 @@ def create_app(
     `_limits_by_kind` for the accepted forms). `clock` (monotonic seconds) drives the lease timeout; `wall_clock`
     stamps the records. `token`: when given, every request needs `Authorization: Bearer <token>`.
     `call_wait_s`: how long a session's second concurrent call waits for its first (default: the lease timeout).
-    `chamber_calls`: where chamber work runs, "inline" on the event loop, "thread" (one dedicated worker thread)
+    `chamber_calls`: where chamber work runs, "inline" on the event loop, "thread" (a worker thread per chamber)
     or "auto" (inline when every chamber is the in-process simulator; see runner.py).
-    `lease_max_hold_s`: the longest one session keeps the lease while another asks (lease.py). `max_sessions`,
-    `session_idle_s`: the cap on open sessions and when an idle one may be ended to make room (sessions.py).
+    `lease_max_hold_s`: the longest one session keeps a chamber's lease while another asks (lease.py).
+    `max_sessions`, `max_sessions_per_client`, `session_idle_s`: the caps on open sessions (all, and per client
+    address) and when an idle one may be ended to make room (sessions.py).
     `allowed_hosts`: names besides the loopback ones a tokenless server answers to (auth.py). `safe`: the state
     POST /operator/recover applies (default: each limits file's `safe:` section, else fans off, LEDs off).
     `record_files`: the pool of open record files (tests pass one whose writes fail).
@@ -172,9 +187,10 @@ def create_app(
     store_kwargs = {"new_id": new_session_id} if new_session_id is not None else {}
     store = SessionStore(claims if claims is not None else load_claims(), Path(record_dir), connected=kinds,
                          wall_clock=wall_clock, max_sessions=max_sessions, idle_s=session_idle_s,
-                         record_files=record_files, **store_kwargs)
-    lease = ChamberLease(lease_timeout_s, clock=clock, wait_s=call_wait_s, max_hold_s=lease_max_hold_s)
-    runner = ChamberRunner(mode)
+                         record_files=record_files, max_per_client=max_sessions_per_client, **store_kwargs)
+    lease = ChamberLeases(kinds, lease_timeout_s, clock=clock, wait_s=call_wait_s, max_hold_s=lease_max_hold_s)
+    safe_by_kind = _safe_by_kind(safe, per_kind, kinds)
+    runner = ChamberRunner(mode, lanes=max(1, len(kinds)))
     state = ApiState(store, lease, env, runner, live)
 
     app = FastAPI(
@@ -217,9 +233,14 @@ def create_app(
                                        "it is logged. Retrying will not help."), status_code=500)
 
     # ------------------------------------------------------------------------------------------ service
-    @app.get("/health", summary="liveness and what is connected")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "api_version": API_VERSION, "chambers": kinds, "tools": [t.name for t in TOOLS]}
+    @app.get("/health", summary="liveness, what is connected, and each chamber's link",
+             responses={503: {"description": "every connected chamber is down or halted"}})
+    async def health() -> JSONResponse:
+        links = {kind: link_of(env.chambers[kind], state.faults.get(kind)) for kind in kinds}
+        down = [kind for kind, link in links.items() if link["link"] != "up"]
+        status = "ok" if not down else ("down" if len(down) == len(kinds) else "degraded")
+        return JSONResponse({"status": status, "api_version": API_VERSION, "chambers": kinds, "links": links,
+                             "tools": [t.name for t in TOOLS]}, status_code=503 if status == "down" else 200)
 
     tool_specs = [t.spec() for t in TOOLS]
 
@@ -233,8 +254,8 @@ def create_app(
 
     # ------------------------------------------------------------------------------------------ sessions
     @app.post("/sessions", response_model=SessionCreated, status_code=201, summary="start a session for one claim")
-    def create_session(body: CreateSession) -> JSONResponse:
-        session = store.create(body.claim_id)
+    def create_session(body: CreateSession, request: Request) -> JSONResponse:
+        session = store.create(body.claim_id, request.client.host if request.client is not None else None)
         created = SessionCreated(session_id=session.id, claim_id=session.claim.id, chamber=session.chamber,
                                  connected_chambers=kinds, lease_timeout_s=lease.timeout_s).model_dump()
         try:
@@ -289,16 +310,24 @@ def create_app(
                 raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
             await lease.release(session.id)
             return JSONResponse({**result, "stored": True, "ended": True})
+        touched = chambers_touched(tool.name, args, session.chamber, kinds, session.claim)
         try:
-            grant = await lease.begin(session.id)
+            grants = await lease.begin(session.id, touched)
         except LeaseBusy as exc:
             raise ApiError("chamber_busy", f"{tool.name}: {exc}",
                            headers={"Retry-After": str(exc.retry_after_s)}) from None
         try:
-            if grant.how == "taken_over":
-                session.record.write("lease", how="taken_over", previous_holder=grant.previous_holder)
+            for kind, grant in grants.items():
+                if grant.how == "taken_over":
+                    session.record.write("lease", chamber=kind, how="taken_over", previous_holder=grant.previous_holder)
             if session.ended:  # ended (DELETE) while this call waited for the session's previous one
                 raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
+            for kind in touched:  # a session starts from the safe state on each chamber it takes (module docstring)
+                if state.last_user.get(kind) != session.id:
+                    started = await runner.run(start_safe, env, kind, safe_by_kind.get(kind, {}))
+                    session.record.write("safe_state", chamber=kind, previous_user=state.last_user.get(kind),
+                                         **started)
+                    state.last_user[kind] = session.id
             live.record_claim(env.claim_parts(session)[0], chamber=session.chamber, activity=tool.name)
             result = await runner.run(tool.run, env, session, args)
         except ApiError:
@@ -309,7 +338,8 @@ def create_app(
             raise ApiError("setting_refused", f"{tool.name}: {exc}") from None
         except APPARATUS_ERRORS as exc:
             log.warning("%s: apparatus error: %s", tool.name, exc)
-            state.faults[getattr(args, "chamber", None) or session.chamber or "?"] = f"{type(exc).__name__}: {exc}"
+            for kind in touched or [session.chamber or "?"]:  # the chambers the call was on (health shows it)
+                state.faults[kind] = f"{type(exc).__name__}: {exc}"
             raise ApiError("apparatus_error", f"{tool.name} failed on the apparatus ({type(exc).__name__}: {exc}); "
                                               "nothing partial was returned. Retry later; if it persists the "
                                               "operator must recover the chamber (POST /operator/recover).") from None
@@ -318,8 +348,8 @@ def create_app(
             raise ApiError("internal_error", f"{tool.name} failed inside the server ({type(exc).__name__}); "
                                              "it is logged. Retrying will not help.") from None
         finally:
-            lease.end(session.id)
-        return JSONResponse(result, headers={"X-Chamber-Lease": grant.how})
+            lease.end(session.id, touched)
+        return JSONResponse(result, headers={"X-Chamber-Lease": _lease_header(grants)})
 
     for tool in TOOLS:
         _add_tool_route(app, tool, run_tool)
@@ -329,7 +359,29 @@ def create_app(
         store.get(session_id)
         raise ApiError("unknown_tool", f"no tool {name!r}; tools: {', '.join(TOOLS_BY_NAME)} (see GET /tools)")
 
-    add_operator_routes(app, state, _safe_by_kind(safe, per_kind, kinds), Path(record_dir), wall_clock)
+    def row_s(kind: str) -> float:
+        seen = live.row_seconds(kind)
+        nominal = nominal_row_s(kind, getattr(env.chambers[kind], "config", None))
+        return max(nominal, seen or 0.0)
+
+    @app.post("/sessions/{session_id}/plans/{name}", response_model=PlannedCall,
+              summary="a tool call's planned chamber seconds, before making it (same body as the tool)")
+    async def plan_call(session_id: str, name: str, request: Request) -> JSONResponse:
+        session = store.get(session_id)
+        tool = TOOLS_BY_NAME.get(name)
+        if tool is None:
+            raise ApiError("unknown_tool", f"no tool {name!r}; tools: {', '.join(TOOLS_BY_NAME)} (see GET /tools)")
+        raw = await request.body()
+        _require_json(tool, raw, request.headers.get("content-type"))
+        args = _parse_arguments(tool, raw)
+        touched = chambers_touched(tool.name, args, session.chamber, kinds, session.claim) if tool.uses_chamber else []
+        seconds = planned_seconds(tool.name, args, touched, session.claim, row_s=row_s,
+                                  state=lambda kind: state_now(env.chambers[kind]))
+        return JSONResponse(PlannedCall(tool=tool.name, chambers=touched, planned_s=round(seconds, 3),
+                                        row_s={kind: row_s(kind) for kind in touched},
+                                        lease_wait_s=lease.wait_s).model_dump())
+
+    add_operator_routes(app, state, safe_by_kind, Path(record_dir), wall_clock)
 
     app.add_middleware(RecordMiddleware, lookup=lambda sid: (s.record if (s := store.lookup(sid)) else None),
                        max_body_bytes=max_body_bytes, clock=clock)
@@ -338,6 +390,13 @@ def create_app(
     else:  # the tokenless loopback default: refuse DNS-rebound requests (auth.py)
         app.add_middleware(LoopbackHostMiddleware, extra_hosts=tuple(allowed_hosts))
     return app
+
+
+def _lease_header(grants: dict[str, LeaseGrant]) -> str:
+    """X-Chamber-Lease: "taken_over" if any chamber's lease was, else "acquired" if any was free, else "held"
+    ("none": the call touched no connected chamber)."""
+    hows = {grant.how for grant in grants.values()}
+    return next((how for how in ("taken_over", "acquired", "held") if how in hows), "none")
 
 
 def _unrecorded(exc: RecordUnavailable) -> ApiError:

@@ -32,6 +32,7 @@ CODES: dict[str, int] = {
     "unsupported_media_type": 415,  # a tool body that is not Content-Type: application/json
     "forbidden_host": 403,  # Host or Origin not the loopback address the tokenless server is bound to
     "too_many_sessions": 429,  # the server holds its cap of open sessions (max_sessions)
+    "too_many_sessions_for_client": 429,  # this client holds its cap of open sessions (max_sessions_per_client)
     "record_unavailable": 503,  # the record cannot be written (full disk): nothing was done
     "apparatus_error": 503,  # the link broke or the firmware halted; nothing partial was returned
     "internal_error": 500,

@@ -22,8 +22,11 @@ leave it, so waiting for the call slot is an awaitable, not a parked thread: no 
 contention for the GIL between a pool of waiting threads and the loop (issue #5 latency goal). Every method is
 called from that one event loop; `holds`/`holder` only read and are safe from anywhere.
 
-All chambers of one server share one lease (the apparatus): simple, and a protocol that needs both tunnels
-cannot deadlock against a session holding one of them.
+One lease per chamber (`ChamberLeases`, issue 24: a session working on the wind tunnel no longer keeps another
+off the light tunnel). A call takes the leases of every chamber it may touch, in one fixed order (sorted by
+kind), after first checking that none is held by another session, so it takes all of them or none; no deadlock
+is possible: another session is refused at once, never queued, and only a session's own calls wait on a call
+slot, in the same order.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Iterable
 
 from protocols.service_defaults import DEFAULT_MAX_HOLD_S
 
@@ -168,6 +171,11 @@ class ChamberLease:
             f"the chamber is leased to another session (it lapses after {self.timeout_s:g} s without a call, or "
             f"once held {self.max_hold_s:g} s while others wait); retry after {retry} s", retry)
 
+    def check(self, session_id: str) -> None:
+        """LeaseBusy now if `begin(session_id)` would be refused by another session's hold (nothing is taken; the
+        session is noted as asking, as a refused begin notes it)."""
+        self._refuse_if_other(session_id)
+
     async def begin(self, session_id: str) -> LeaseGrant:
         """Take (or keep) the lease for one call; raises LeaseBusy. Pair every successful begin with end()."""
         self._refuse_if_other(session_id)  # other sessions are refused at once, never queued
@@ -227,3 +235,68 @@ class ChamberLease:
 
     def holds(self, session_id: str) -> bool:
         return self._holder == session_id and not self._lapsed()
+
+
+class ChamberLeases:
+    """One ChamberLease per chamber kind, taken together in sorted order by a call that touches several."""
+
+    def __init__(self, kinds: Iterable[str], timeout_s: float, *, clock: Callable[[], float] = time.monotonic,
+                 wait_s: float | None = None, max_hold_s: float = DEFAULT_MAX_HOLD_S) -> None:
+        self.timeout_s = float(timeout_s)
+        self.wait_s = float(timeout_s if wait_s is None else wait_s)
+        if not timeout_s > 0:
+            raise ValueError(f"lease timeout must be > 0 s, got {timeout_s!r}")
+        self._by_kind = {kind: ChamberLease(timeout_s, clock=clock, wait_s=wait_s, max_hold_s=max_hold_s)
+                         for kind in sorted(set(kinds))}
+
+    def of(self, kind: str) -> ChamberLease:
+        return self._by_kind[kind]
+
+    async def begin(self, session_id: str, kinds: Iterable[str]) -> dict[str, LeaseGrant]:
+        """Take (or keep) the lease of every chamber in `kinds` for one call, all or none; LeaseBusy names the
+        chamber that is busy. Pair a successful begin with end(session_id, the same kinds)."""
+        ordered = sorted(set(kinds))
+        for kind in ordered:  # refuse before taking anything: a call never holds one lease while refused another
+            try:
+                self._by_kind[kind].check(session_id)
+            except LeaseBusy as exc:
+                raise LeaseBusy(f"chamber {kind}: {exc}", exc.retry_after_s) from None
+        grants: dict[str, LeaseGrant] = {}
+        try:
+            for kind in ordered:
+                try:
+                    grants[kind] = await self._by_kind[kind].begin(session_id)
+                except LeaseBusy as exc:
+                    raise LeaseBusy(f"chamber {kind}: {exc}", exc.retry_after_s) from None
+        except BaseException:
+            for kind in grants:
+                self._by_kind[kind].end(session_id)
+            raise
+        return grants
+
+    def end(self, session_id: str, kinds: Iterable[str]) -> None:
+        for kind in sorted(set(kinds)):
+            self._by_kind[kind].end(session_id)
+
+    async def release(self, session_id: str) -> bool:
+        """Give up every lease the session holds (it ended); True if it held one."""
+        released = False
+        for lease in self._by_kind.values():
+            released = await lease.release(session_id) or released
+        return released
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, kinds: Iterable[str] | None = None) -> AsyncIterator[None]:
+        """The call slots of `kinds` (default: every chamber), taken in sorted order, for an operator action."""
+        async with contextlib.AsyncExitStack() as stack:
+            for kind in sorted(set(self._by_kind if kinds is None else kinds) & set(self._by_kind)):
+                await stack.enter_async_context(self._by_kind[kind].exclusive())
+            yield
+
+    def holds(self, session_id: str, kind: str | None = None) -> bool:
+        """Whether the session holds the lease of `kind` (None: of any chamber)."""
+        leases = self._by_kind.values() if kind is None else [self._by_kind[kind]] if kind in self._by_kind else []
+        return any(lease.holds(session_id) for lease in leases)
+
+    def holders(self) -> dict[str, str | None]:
+        return {kind: lease.holder for kind, lease in self._by_kind.items()}

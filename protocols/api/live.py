@@ -54,6 +54,7 @@ class LiveFeed:
         self._version = 0  # bumps on every change (rows, state, claim)
         self._chambers: dict[str, dict[str, Any]] = {}
         self._claim: dict[str, Any] | None = None
+        self._row_s: dict[str, float] = {}  # chamber kind -> seconds per row over its last block of rows
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._closed = False
 
@@ -79,6 +80,10 @@ class LiveFeed:
             sensors = [s["name"] for s in entry["sensors"]]
             index = [names.index(s) for s in sensors if s in names]
             total = int(values.shape[0])
+            if total >= 2:  # the pace this chamber reads at now (protocols/api/timing.py plans with it)
+                span = float(timestamps[total - 1] - timestamps[0])
+                if span > 0:
+                    self._row_s[kind] = span / (total - 1)
             entry["rows"] += total
             entry["updated_at"] = self._clock()
             self._seq += total
@@ -97,6 +102,11 @@ class LiveFeed:
         self._changed()
 
     # ------------------------------------------------------------------------------------- reading
+    def row_seconds(self, kind: str) -> float | None:
+        """Seconds per row of the last block of rows measured on `kind` (None before two rows were seen)."""
+        with self._lock:
+            return self._row_s.get(kind)
+
     def snapshot(self, since: int = 0) -> dict[str, Any]:
         """Everything, with only the rows whose sequence number is above `since` (0: the whole ring)."""
         with self._lock:

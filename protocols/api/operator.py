@@ -73,7 +73,7 @@ def add_operator_routes(app: FastAPI, state: Any, safe_by_kind: dict[str, dict[s
         except RecordUnavailable as exc:
             raise ApiError("record_unavailable", f"recover: {exc}; nothing was done") from None
         reports = []
-        async with state.lease.exclusive():  # no tool call runs on the apparatus meanwhile
+        async with state.lease.exclusive(kinds):  # no tool call runs on these chambers meanwhile
             for kind in kinds:
                 try:
                     reports.append(await state.runner.run(recover_one, state, kind, safe_by_kind.get(kind, {}),

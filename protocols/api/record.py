@@ -14,7 +14,8 @@ What keeps the record valid JSON Lines whatever arrives (issue 19): a body neste
 refused (400) before anything parses it (the parsers and the validation errors recurse per level); no line is
 ever written with a bare NaN or Infinity (a strict parser reads every line); an exception that escapes the app
 still gets its 500 response line; and a line that cannot be written whole (a full disk) is cut back, so no half
-line stays, and a request that cannot be recorded is answered 503 without ever reaching the app (the chamber).
+line stays (a file whose first line failed is removed: no empty record of a session that never was, issue 24),
+and a request that cannot be recorded is answered 503 without ever reaching the app (the chamber).
 """
 
 from __future__ import annotations
@@ -108,6 +109,16 @@ def _decoded_lenient(body: bytes) -> Any:
         return {"unparsed": body.decode("utf-8", errors="replace")}
 
 
+def _remove_if_empty(path: Path) -> None:
+    """Delete a record file that holds no line (its first line failed): a 0-byte .jsonl would pass for a session
+    that was recorded and did nothing."""
+    try:
+        if path.stat().st_size == 0:
+            path.unlink()
+    except OSError as exc:
+        log.error("record %s: could not remove the empty file (%s)", path, exc)
+
+
 def _open_append(path: Path) -> Any:
     return open(path, "ab", buffering=0)  # noqa: SIM115 - kept open on purpose, closed by RecordFiles.close()
 
@@ -145,6 +156,7 @@ class RecordFiles:
             except OSError as exc:
                 if handle is not None:
                     handle.close()
+                    _remove_if_empty(path)
                 raise RecordUnavailable(path, exc) from exc
             self._files[path] = handle  # most recently used last
             view = memoryview(data)
@@ -158,6 +170,8 @@ class RecordFiles:
                     log.error("record %s: could not remove a half-written line at byte %d", path, start)
                 self._files.pop(path, None)
                 handle.close()
+                if start == 0:  # its first line: no record file at all, rather than an empty one (issue 24)
+                    _remove_if_empty(path)
                 raise RecordUnavailable(path, exc) from exc
 
     def open_count(self) -> int:

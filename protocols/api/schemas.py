@@ -214,3 +214,14 @@ def _strip_titles(node: Any) -> Any:
     if isinstance(node, list):
         return [_strip_titles(x) for x in node]
     return node
+
+
+class PlannedCall(BaseModel):
+    """POST /sessions/{id}/plans/{tool}: what the call would cost, before making it (protocols/api/timing.py)."""
+
+    tool: str
+    chambers: list[str] = Field(description="the chambers whose leases the call takes, in the order it takes them")
+    planned_s: float = Field(description="planned chamber seconds (rows x row period + setting changes + settles); "
+                                         "an estimate (a client adds its margin); 0 for a call that only reads the state")
+    row_s: dict[str, float] = Field(description="the seconds per row planned with, per chamber")
+    lease_wait_s: float = Field(description="how long the call may also wait for this session's call in flight")

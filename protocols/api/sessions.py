@@ -9,7 +9,11 @@ outcome (or DELETE) ends the session, and every later tool call is refused with 
 Why a cap on open sessions (issue 19: a client made 20,000 in 15 s and 88 MB of records): each session holds a
 record file and memory, so at `max_sessions` open sessions a new one is refused (429 `too_many_sessions`, naming
 the cap), after first ending every session idle for `idle_s` (no request: its client is gone), so an abandoned
-crowd never locks the service until a restart.
+crowd never locks the service until a restart. Within that, one client (the peer address of the request) holds
+at most `max_per_client` open sessions (429 `too_many_sessions_for_client`, issue 24: one local client opened
+1,000 sessions in 2.4 s and locked every other client out for the idle window); its own idle sessions are ended
+first, as for the global cap. Why the peer address and not the token: the server has one shared bearer token,
+so the token names no one.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from protocols.canonical import canonical_json, sha256_hex
 
 from .record import RecordFiles, SessionRecord
 
-from protocols.service_defaults import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_S
+from protocols.service_defaults import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SESSION_IDLE_S
 
 _COMPONENT_CHAMBER = {"DPS310": "wt", "A4988": "wt", "ACS70331": "wt", "Si115x": "lt"}
 """Where a component sits when its claim has no protocol naming a chamber (A4988: the wind tunnel's hatch)."""
@@ -64,6 +68,7 @@ class Session:
     ended_at: float | None = None
     end_reason: str | None = None
     last_active: float = 0.0
+    client: str | None = None  # the peer address that created it (the per-client cap counts by it)
     _extraction: bytes | None = field(default=None, repr=False)
 
     @property
@@ -90,9 +95,13 @@ class SessionStore:
     def __init__(self, claims: Mapping[str, Claim], record_dir: Path, *, connected: list[str],
                  wall_clock: Callable[[], float], new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
                  max_open_records: int = 64, max_sessions: int = DEFAULT_MAX_SESSIONS,
-                 idle_s: float = DEFAULT_SESSION_IDLE_S, record_files: RecordFiles | None = None) -> None:
+                 idle_s: float = DEFAULT_SESSION_IDLE_S, record_files: RecordFiles | None = None,
+                 max_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT) -> None:
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions!r}")
+        if max_per_client < 1:
+            raise ValueError(f"max_sessions_per_client must be >= 1, got {max_per_client!r}")
+        self.max_per_client = int(max_per_client)
         if not idle_s > 0:
             raise ValueError(f"the session idle time must be > 0 s, got {idle_s!r}")
         self.max_sessions = int(max_sessions)
@@ -111,13 +120,14 @@ class SessionStore:
     def record_dir(self) -> Path:
         return self._record_dir
 
-    def create(self, claim_id: str) -> Session:
+    def create(self, claim_id: str, client: str | None = None) -> Session:
+        """A new session for `claim_id`, created by `client` (its peer address; None: not counted per client)."""
         claim = self._claims.get(claim_id)
         if claim is None:
             known = ", ".join(sorted(self._claims))
             raise ApiError("unknown_claim", f"no claim with id {claim_id!r}; known claim ids: {known}")
         with self._lock:
-            self._make_room()
+            self._make_room(client)
             session_id = self._new_id()
             if session_id in self._sessions:
                 raise RuntimeError(f"session id factory repeated {session_id!r}")
@@ -127,6 +137,7 @@ class SessionStore:
                 chamber=preferred_chamber(claim, self._connected),
                 created_at=self._clock(),
                 last_active=self._clock(),
+                client=client,
                 record=SessionRecord(self._record_dir / f"{session_id}.jsonl", self._clock, self._files),
             )
             self._sessions[session_id] = session
@@ -136,21 +147,36 @@ class SessionStore:
         """Close the open record files (every line is already with the OS; a later write reopens its file)."""
         self._files.close()
 
-    def _make_room(self) -> None:
-        """End sessions idle for `idle_s`; then TooManySessions if `max_sessions` are still open (lock held)."""
+    def _make_room(self, client: str | None) -> None:
+        """End sessions idle for `idle_s`; then 429 if `client` still holds `max_per_client` open sessions, or the
+        server `max_sessions` (lock held)."""
+        if client is not None:
+            mine = [x for x in self._sessions.values() if not x.ended and x.client == client]
+            if len(mine) >= self.max_per_client:
+                self._expire_idle(mine)
+                still = sum(1 for x in mine if not x.ended)
+                if still >= self.max_per_client:
+                    raise ApiError("too_many_sessions_for_client",
+                                   f"client {client} holds {still} open sessions, the cap per client "
+                                   f"(max_sessions_per_client = {self.max_per_client}); end one with DELETE "
+                                   f"/sessions/{{id}} or submit_chamber_outcome, or retry once an idle one expires "
+                                   f"({self.idle_s:g} s without a request)", headers={"Retry-After": "60"})
         open_sessions = [x for x in self._sessions.values() if not x.ended]
         if len(open_sessions) < self.max_sessions:
             return
-        now = self._clock()
-        for x in open_sessions:
-            if now - x.last_active >= self.idle_s:
-                x.end_reason, x.ended_at = "expired", now
+        self._expire_idle(open_sessions)
         still = sum(1 for x in open_sessions if not x.ended)
         if still >= self.max_sessions:
             raise ApiError("too_many_sessions",
                            f"this server holds {still} open sessions, its cap (max_sessions = {self.max_sessions}); "
                            f"end one with DELETE /sessions/{{id}} or submit_chamber_outcome, or retry once an idle "
                            f"session expires ({self.idle_s:g} s without a request)", headers={"Retry-After": "60"})
+
+    def _expire_idle(self, sessions: list[Session]) -> None:
+        now = self._clock()
+        for x in sessions:
+            if now - x.last_active >= self.idle_s:
+                x.end_reason, x.ended_at = "expired", now
 
     def lookup(self, session_id: str) -> Session | None:
         """The session (None if unknown); every request on its path counts as activity."""
