@@ -11,27 +11,41 @@ Why a file, validated: the lab decides (for example) that the hatch only moves 0
       safe: {load_in: 0, load_out: 0}      # the state every command leaves the chamber in (chamber/safe_state.py)
 
 One file may cover both chambers: top-level keys `wt` and `lt`, each holding `variables` (and `safe`) as above.
-A bound must be a finite number: NaN compares false with everything, so a NaN bound would let every value pass.
+A bound must be a finite number: NaN compares false with everything, so a NaN bound would let every value pass;
+and a number, not a boolean (pydantic would read `max: true` as 1). The file is read by the one strict reader
+(firmware_bridge.model_file): a key given twice, an empty file or a file above SETTINGS_MAX_BYTES is refused.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 from chamber.errors import LimitsError
-from firmware_bridge.model_file import ModelFileError, load_model_file, read_data_file, validate_model
+from firmware_bridge.model_file import (
+    SETTINGS_MAX_BYTES,
+    ModelFileError,
+    load_model_file,
+    read_data_file,
+    refuse_bool,
+    validate_model,
+)
 from firmware_bridge.variables import Kind, Layout, describe_range, describe_set, in_range, snap_to
+
+
+Number = Annotated[float, BeforeValidator(refuse_bool)]
+"""A bound, allowed value or safe setting: a number, not a boolean (also inside the two-chamber form, which the
+model reshapes before validation, out of the reach of model_file's own boolean check)."""
 
 
 class VariableLimit(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    min: float | None = None
-    max: float | None = None
-    allowed: tuple[float, ...] | None = None
+    min: Number | None = None
+    max: Number | None = None
+    allowed: tuple[Number, ...] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "VariableLimit":
@@ -63,7 +77,7 @@ class OperatorLimits(BaseModel):
 
     chamber: Literal["wt", "lt"] | None = None
     variables: dict[str, VariableLimit] = {}
-    safe: dict[str, float] | None = None
+    safe: dict[str, Number] | None = None
     per_chamber: dict[Literal["wt", "lt"], "OperatorLimits"] | None = None
 
     @model_validator(mode="before")
@@ -148,10 +162,11 @@ class ControllerUnbounded(LimitsError):
     def __init__(self, fans: dict[str, "VariableLimit"]):
         self.fans = dict(fans)
         listed = ", ".join(f"{name} (limit {rule.describe()})" for name, rule in fans.items())
+        self.reason = (f"the pressure controller drives every fan the host has not set, anywhere in "
+                       f"{CONTROLLER_REACH[0]:g}..{CONTROLLER_REACH[1]:g} (its output saturates at +-1 whatever the "
+                       f"gains), beyond the operator limits of {listed}")
         super().__init__(
-            f"the pressure controller drives every fan the host has not set, anywhere in "
-            f"{CONTROLLER_REACH[0]:g}..{CONTROLLER_REACH[1]:g} (its output saturates at +-1 whatever the gains), "
-            f"beyond the operator limits of {listed}; set {' and '.join(fans)} explicitly within the limits "
+            f"{self.reason}; set {' and '.join(fans)} explicitly within the limits "
             "(that overrides the controller for the fan) before measuring; nothing was measured")
 
 
@@ -185,20 +200,38 @@ class LimitsFileError(LimitsError, ModelFileError):
     file, the field, what was expected and what arrived (the one configuration-file error)."""
 
 
+LIMITS_EXPECTED = ("a mapping with chamber/variables/safe (variables: {name: {min, max, allowed}}), or top-level "
+                   "wt/lt sections holding those")
+
+
+def _as_written(exc: LimitsFileError) -> LimitsFileError:
+    """The two-chamber form is validated as `per_chamber`: name its keys as the file writes them (`wt.variables`)."""
+    return LimitsFileError(exc.source, exc.problem.replace("'per_chamber.", "'"))
+
+
 def parse_limits(data: Any, source: str = "limits") -> OperatorLimits:
     """Limits from already parsed data (a mapping, as a file holds it); LimitsFileError names `source` and field."""
-    return validate_model(data, OperatorLimits, source=source, error=LimitsFileError)
+    try:
+        return validate_model(data, OperatorLimits, source=source, error=LimitsFileError)
+    except LimitsFileError as exc:
+        raise _as_written(exc) from None
 
 
-def read_settings_file(path: str | Path, what: str = "settings file") -> Any:
-    """The content of an operator's YAML or JSON file (limits, safe state; JSON by suffix, YAML otherwise, an
-    empty file is {}), or LimitsFileError naming the file and what is wrong with it."""
-    return read_data_file(path, what=what, error=LimitsFileError)
+def read_settings_file(path: str | Path, what: str = "settings file",
+                       expected: str = "a mapping of settings by chamber (wt: {variable: value}, lt: {...})") -> Any:
+    """The content of an operator's YAML or JSON file (limits, safe state; JSON by suffix, YAML otherwise) read by
+    the one strict reader (at most SETTINGS_MAX_BYTES, no key twice, not empty), or LimitsFileError naming the
+    file and what is wrong with it."""
+    return read_data_file(path, what=what, error=LimitsFileError, expected=expected, max_bytes=SETTINGS_MAX_BYTES)
 
 
 def load_limits(path: str | Path) -> OperatorLimits:
-    """Read a YAML or JSON limits file (by suffix; YAML otherwise)."""
-    return load_model_file(path, OperatorLimits, what="limits file", error=LimitsFileError)
+    """Read a YAML or JSON limits file (by suffix; YAML otherwise) with the one strict reader."""
+    try:
+        return load_model_file(path, OperatorLimits, what="limits file", error=LimitsFileError,
+                               expected=LIMITS_EXPECTED, max_bytes=SETTINGS_MAX_BYTES)
+    except LimitsFileError as exc:
+        raise _as_written(exc) from None
 
 
 def as_limits(limits: OperatorLimits | dict | str | Path | None) -> OperatorLimits | None:

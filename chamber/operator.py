@@ -7,10 +7,15 @@ layout, the shell) and a test can call them with a chamber and streams of its ow
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from chamber.errors import ChamberError
+
+if TYPE_CHECKING:
+    from chamber.catalogue import VariableCatalogue
+    from firmware_bridge.variables import Layout
 
 
 class AssignmentError(ChamberError, ValueError):
@@ -30,9 +35,16 @@ def parse_assignments(items: list[str] | None) -> dict[str, str]:
 
 def measure_job(chamber: Any, n: int, settings: dict[str, str], *, stop: Any, on_progress: Callable[[Any], None],
                 chunk_rows: int) -> dict[str, Any]:
-    """Apply `settings`, measure `n` checked rows (stoppable after any row); the rows as JSON-ready lists."""
+    """Apply `settings`, measure `n` checked rows (stoppable after any row); the rows as JSON-ready lists. Every
+    setting and the measurement itself (the pressure controller's operator-limit rule, on the inputs as they will
+    be) are checked before the first SET is sent."""
     from chamber.protocol_runner import measure_rows
+    from firmware_bridge.variables import Kind
 
+    catalogue = chamber.catalogue
+    numbers = {name: catalogue.validate(name, value) for name, value in settings.items()}
+    catalogue.check_measurable({**chamber.state(), **{name: number for name, number in numbers.items()
+                                                      if catalogue.variable(name).kind is Kind.ACTUATOR}})
     applied = chamber.set_many(settings)
     frame, interrupted = measure_rows(chamber, n, on_progress=on_progress, stop=stop, chunk_rows=chunk_rows)
     if frame is None:
@@ -45,21 +57,43 @@ def measure_job(chamber: Any, n: int, settings: dict[str, str], *, stop: Any, on
             "reconnected": bool(frame.reconnected), "interrupted": interrupted}
 
 
-def validate_offline(protocol: Any, path: Path, chamber: str, config: str, limits_file: Path | None) -> dict[str, Any]:
-    """Check a protocol against the catalogue of `chamber/config` (and a limits file) without a board."""
+@dataclass(frozen=True)
+class OfflineChamber:
+    """What the offline check knows of a chamber: its layout and catalogue (the offline stand-in for a connected
+    Chamber where a check needs only those, e.g. chamber.safe_state.check_safe_state)."""
+
+    layout: Layout
+    catalogue: VariableCatalogue
+
+
+def validate_offline(protocol: Any, path: Path, chamber: str, config: str, limits_file: Path | None,
+                     safe_file: str | Path | None = None, params_file: Path | None = None) -> dict[str, Any]:
+    """Every check `chamber run` makes before its first byte, without a board, on the catalogue of
+    `chamber/config`: the simulator parameter file if one is given (open_chambers reads it); the limits file, read
+    strictly and checked against the chamber as the driver does on connect; the safe state (`safe_file`, else the
+    limits file's `safe:` section, else the default) against the catalogue and limits as open_chambers checks it;
+    every SET against the catalogue and limits; and every MSR against the inputs set before it (the pressure
+    controller's operator-limit rule), each naming its line."""
     from chamber.catalogue import VariableCatalogue
     from chamber.limits import load_limits
     from chamber.protocol_language import validate_protocol
+    from chamber.safe_state import check_safe_state, resolve_safe_state
+    from chamber.selection import read_params
     from firmware_bridge.variables import layout_for
 
     layout = layout_for(chamber, config)
-    part = load_limits(limits_file).for_chamber(chamber) if limits_file else None
-    if part is not None:
-        part.check_against(layout)
-    validate_protocol(protocol, VariableCatalogue(layout, part))
+    read_params(params_file)
+    limits = load_limits(limits_file) if limits_file else None
+    if limits is not None:
+        limits.check_against(layout)  # a file for the other chamber is refused, as Chamber.connect refuses it
+    part = limits.for_chamber(chamber) if limits is not None else None
+    catalogue = VariableCatalogue(layout, part)
+    safe = resolve_safe_state(safe_file, limits)
+    check_safe_state(OfflineChamber(layout, catalogue), safe)
+    validate_protocol(protocol, catalogue, {})  # a chamber just connected: the host has set nothing yet
     return {"protocol": str(path), "chamber": chamber, "config": config, "valid": True,
             "instructions": len(protocol.instructions), "rows": protocol.rows, "wait_s": protocol.wait_ms / 1000,
-            "variables_set": list(protocol.variables_set())}
+            "variables_set": list(protocol.variables_set()), "safe_source": safe.source}
 
 
 def protocol_job(chamber: Any, protocol: Any, path: Path, output: Path, *, stop: Any, ask: Callable[[str], None],
@@ -70,7 +104,7 @@ def protocol_job(chamber: Any, protocol: Any, path: Path, output: Path, *, stop:
     from chamber.protocol_runner import format_duration, run_protocol
     from chamber.public_csv import PublicCsvWriter
 
-    validate_protocol(protocol, chamber.catalogue)
+    validate_protocol(protocol, chamber.catalogue, chamber.state())
     say(f"running {path} on {chamber.layout.chamber}/{chamber.config}: {len(protocol.instructions)} instructions, "
         f"{protocol.rows} rows, {format_duration(protocol.wait_ms / 1000)} of WAIT -> {output} "
         "(Ctrl-C stops after the current row)")
@@ -257,11 +291,12 @@ def validate_text(d: dict[str, Any]) -> str:
 
 def protocol_command(selection: Any, protocol: Path, output: Path | None, *, validate_only: bool,
                      chamber: str, config: str, limits: Path | None, safe: str | Path | None, stdin: TextIO,
-                     prompt_to: TextIO, on_progress: Callable[[Any], None], chunk: int, say: Say) -> dict[str, Any]:
+                     prompt_to: TextIO, on_progress: Callable[[Any], None], chunk: int, say: Say,
+                     params: Path | None = None) -> dict[str, Any]:
     """Run the protocol file `protocol` on the chamber of `selection` into a CSV (default `<protocol>_<UTC
     time>.csv`); WAIT_INPUT prompts on `prompt_to` and waits for a line on `stdin`. Syntax is checked before the
-    port is opened; with `validate_only` the protocol is checked offline against the catalogue of
-    `chamber`/`config` and `limits` (validate_offline; `selection` unused, None)."""
+    port is opened; with `validate_only` every check of a run is made offline against the catalogue of
+    `chamber`/`config`, `limits`, `safe` and `params` (validate_offline; `selection` unused, None)."""
     import time
 
     from chamber.protocol_language import load_protocol
@@ -269,7 +304,7 @@ def protocol_command(selection: Any, protocol: Path, output: Path | None, *, val
 
     protocol_file, protocol = Path(protocol), load_protocol(protocol)
     if validate_only:
-        return validate_offline(protocol, protocol_file, chamber, config, limits)
+        return validate_offline(protocol, protocol_file, chamber, config, limits, safe, params)
     output = output or Path(f"{protocol_file.stem}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.csv")
 
     def ask(prompt: str) -> None:

@@ -3,8 +3,11 @@
 Why a separate, whole-file step: an operator's protocol may run for hours (the longest public one has 18,028
 lines); a typo on line 17,000 must be found before the first byte goes out, not after 12 hours of measuring. So
 every line is parsed first (syntax, as the authors' `control/messages.py` accepts it), then every SET is checked
-against the connected chamber's catalogue and the operator limits, and all problems are reported at once, each
-with its line number, the instruction and what was expected.
+against the connected chamber's catalogue and the operator limits, then the SETs are replayed in order and every
+MSR is checked as the driver will check it (the pressure controller must not be left driving a fan its operator
+limit caps: chamber.limits.check_controller), and all problems are reported at once, each with its line number,
+the instruction and what was expected. `chamber run` and `chamber run --validate-only` run this same check, so a
+protocol the offline check passes is not refused half-way (issue 24: one was, after 2 of its 3 instructions).
 
 The language (one instruction a line; `#` comments and blank lines are skipped):
 
@@ -20,10 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable, Mapping, Union
 
 from chamber.catalogue import VariableCatalogue
 from chamber.errors import ChamberError, InvalidSetting
+from chamber.limits import ControllerUnbounded
+from firmware_bridge.variables import Kind
 
 # The authors' regular expressions (control/messages.py), anchored the same way.
 _SET = re.compile(r"^SET,([a-z0-9_]*),(-?\d*\.?\d*|1/\d*)$")
@@ -31,6 +36,10 @@ _MSR = re.compile(r"^MSR,(\d*),(\d*)$")
 _WAIT = re.compile(r"^WAIT,(\d*)$")
 _WAIT_INPUT = re.compile(r"^WAIT_INPUT,(.*)$")
 _COMMENT = re.compile(r"^#.*$")
+
+PROTOCOL_MAX_BYTES = 16 << 20
+"""A protocol file larger than this is refused before it is read: the longest public protocol is 384 KB (18,028
+lines, hours of measuring); 16 MiB is forty times that, and a file of that size still parses in about a second."""
 
 MAX_MSR_ROWS = 32767
 """The firmware casts n to an AVR `int` (16 bits): a larger n would measure a different number of rows."""
@@ -202,6 +211,13 @@ def load_protocol(path: str | Path) -> Protocol:
     """Read and parse a protocol file (UTF-8, as the authors' loader reads it)."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # read_text below names why the file cannot be read
+    if size > PROTOCOL_MAX_BYTES:
+        raise ProtocolError(str(path), [Problem(0, "", f"a protocol file of at most {PROTOCOL_MAX_BYTES >> 20} MiB, "
+                                                       f"got {size} bytes")])
+    try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProtocolError(str(path), [Problem(0, "", f"a readable protocol file ({exc.strerror or exc})")]) from None
@@ -218,8 +234,11 @@ def check_setting(catalogue: VariableCatalogue, instruction: SetInstruction) -> 
         return Problem(instruction.line, instruction.text, exc.expected)
 
 
-def validate_protocol(protocol: Protocol, catalogue: VariableCatalogue) -> dict[int, float]:
-    """Check every SET against the chamber; ProtocolError listing every refusal, else {line: number to send}.
+def validate_protocol(protocol: Protocol, catalogue: VariableCatalogue,
+                      state: Mapping[str, float] | None = None) -> dict[int, float]:
+    """Check every SET against the chamber, then every MSR against the inputs set before it (check_measurements);
+    ProtocolError listing every refusal in line order, else {line: number to send}. `state` is what the host has
+    set on the chamber already (Chamber.state(); none on a chamber just connected).
 
     A value is checked once per distinct (variable, text), so the 18,028-line protocols validate in milliseconds."""
     seen: dict[tuple[str, str], float | Problem] = {}
@@ -236,6 +255,31 @@ def validate_protocol(protocol: Protocol, catalogue: VariableCatalogue) -> dict[
             problems.append(Problem(instruction.line, instruction.text, result.expected))
         else:
             numbers[instruction.line] = result
+    problems += check_measurements(protocol, catalogue, numbers, state)
     if problems:
-        raise ProtocolError(protocol.source, problems)
+        raise ProtocolError(protocol.source, sorted(problems, key=lambda p: p.line))
     return numbers
+
+
+def check_measurements(protocol: Protocol, catalogue: VariableCatalogue, numbers: Mapping[int, float],
+                       state: Mapping[str, float] | None = None) -> list[Problem]:
+    """Replay the protocol's SETs in order (`numbers`: the valid ones; RST forgets them, as the board does) and
+    check each MSR as the driver's measure() will (catalogue.check_measurable on the inputs set so far): a Problem
+    for every MSR the run would refuse, naming the fans to pin and why."""
+    inputs = dict(state or {})
+    problems: list[Problem] = []
+    for instruction in protocol.instructions:
+        if isinstance(instruction, SetInstruction) and instruction.line in numbers:
+            variable = catalogue.layout.get(instruction.variable)
+            if variable is not None and variable.kind is Kind.ACTUATOR:
+                inputs[instruction.variable] = numbers[instruction.line]
+        elif isinstance(instruction, ResetInstruction):
+            inputs.clear()
+        elif isinstance(instruction, MeasureInstruction):
+            try:
+                catalogue.check_measurable(dict(inputs))
+            except ControllerUnbounded as exc:
+                problems.append(Problem(instruction.line, instruction.text,
+                                        f"{' and '.join(exc.fans)} set by an earlier SET within the operator limits "
+                                        f"(ControllerUnbounded: {exc.reason})"))
+    return problems

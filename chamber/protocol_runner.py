@@ -1,6 +1,7 @@
 """Run a validated protocol on a connected chamber: SETs, MSRs (rows handed on as they arrive), WAITs, RST.
 
-Why here and not in the CLI: the rules of a run (validate everything before the first byte, hand on every row
+Why here and not in the CLI: the rules of a run (validate everything before the first byte — including the MSR a
+limits file would stop half-way, chamber.protocol_language.check_measurements — hand on every row
 the moment its MSR completes, stop between rows when asked, say how far it got) must hold for every caller: the
 `chamber run` command, tests, and anyone scripting the bench. Waiting, the operator's Enter key, the clock and the
 stop request are passed in, so a test runs an hours-long protocol in a second without sleeping.
@@ -158,12 +159,14 @@ def run_protocol(chamber: Any, protocol: Protocol, *, on_frame: Callable[[Frame]
                  wait: Callable[[float], bool] | None = None, ask: Callable[[str], None] = input,
                  on_instruction: Callable[[Any], None] = lambda i: None,
                  chunk_rows: int = DEFAULT_CHUNK_ROWS, clock: Callable[[], float] = time.monotonic) -> RunOutcome:
-    """Validate the whole protocol against the chamber (ProtocolError before anything is sent), then run it.
+    """Validate the whole protocol against the chamber (ProtocolError before anything is sent: every SET against
+    the catalogue and limits, every MSR against the inputs set before it, from what the host has set already),
+    then run it.
 
     `wait(seconds)` pauses and returns True when the pause was cut short by a stop (default: the stop request's
     own wait, else time.sleep). `ask(prompt)` serves WAIT_INPUT. A chamber or link error ends the run: the rows
     received so far have been handed on already, and the outcome names the error."""
-    numbers = validate_protocol(protocol, chamber.catalogue)
+    numbers = validate_protocol(protocol, chamber.catalogue, chamber.state())
     stop = stop or StopRequest()
     wait = wait or stop.wait
     outcome = RunOutcome(protocol.source, chamber.layout.chamber, chamber.config, rows_total=protocol.rows,

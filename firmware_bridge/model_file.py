@@ -9,6 +9,18 @@ expected and what arrived, on one line. A loader that has its own error type pas
 (`class RecordFileError(RecordError, ModelFileError)`), so its callers keep catching what they caught and every
 file failure is also one ModelFileError.
 
+Why strict (issue 24): YAML and JSON both let a key appear twice and keep the last one, so a limits file saying
+`load_in: {max: 0.1}` and later `load_in: {max: 1}` silently allowed 1; an empty file read as "no limits"; pydantic
+turns `true` into 1.0 where a number is meant; and a 9 MB file was parsed for minutes before it was refused. So the
+reader here refuses, each in one line naming the file and the key: a file larger than its cap (checked with stat()
+before a byte is read), a key given twice in one mapping (with both lines), an empty document, a YAML document
+whose aliases make it recursive or stand for more than MAX_EXPANDED_VALUES values, and a boolean where the model
+wants a number. YAML 1.1's surprising scalars are not resolved: only true/false are booleans (yes, no,
+on, off stay text, so `max: yes` is refused as "not a number" rather than read as 1), a leading-zero number is not
+octal and 1:30 is not sexagesimal (both stay text), and 1e3 is a float as in YAML 1.2 and JSON. JSON's NaN and
+Infinity tokens are still read (the scoring archives carry them): a model that wants finite numbers says so
+(allow_inf_nan=False), as YAML's .nan and .inf reach it the same way.
+
 Why on this floor: it must sit below every loader that uses it, and the lowest is simulator/params.py (floor 2);
 agent/ may not import simulator/ or chamber/ and reads configuration files too (price tables), so the one floor
 every folder may import is firmware_bridge/. Nothing here touches the wire: it depends on pydantic and PyYAML only.
@@ -17,8 +29,11 @@ every folder may import is firmware_bridge/. Nothing here touches the wire: it d
 from __future__ import annotations
 
 import json
+import re
+import stat
 import types
 import typing
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +41,18 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+
+SETTINGS_MAX_BYTES = 256 * 1024
+"""The cap of an operator's settings file (limits, safe state, station, certificate, simulator parameters,
+calibration record). The largest real ones are 2-4 KB (the packaged instrument simulator parameters 2.8 KB, a full
+simulator parameter file as `sim fit` writes it 3.5 KB); a hand-written settings file is a page. 256 KiB is
+seventy times that and bounds the worst case: a 256 KiB limits file of 9,000 variables is read, checked and
+refused in about 2 s on a loaded 2-core machine (libyaml's parser, Python's resolver), where the 9 MB limits file
+of issue 24 took 175 s and 1.4 GB; a file over the cap is refused by stat() in well under a millisecond."""
+
+DATA_MAX_BYTES = 1 << 20
+"""The default cap of any other file read here, and of a claim file: the largest real ones are 0.8 MB (a scoring
+archive in /work/shared/paper-archive) and 48 KB (the paper's claim file). A larger data file passes its own cap."""
 
 
 class ModelFileError(ValueError):
@@ -39,49 +66,249 @@ class ModelFileError(ValueError):
         self.source, self.problem = str(source), " ".join(str(problem).split())
         super().__init__(f"{self.source}: {self.problem}")
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that also derives from an error whose __init__ comes first in its MRO (RuntimeError, say)
+        would print `(source, problem)` as a tuple: it gets this class's __init__ unless one of ours is first."""
+        super().__init_subclass__(**kwargs)
+        owner = next(k for k in cls.__mro__ if "__init__" in k.__dict__)
+        if not issubclass(owner, ModelFileError):
+            cls.__init__ = ModelFileError.__init__  # type: ignore[method-assign]
+
 
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def read_data_file(path: str | Path, *, what: str = "file", error: type[ModelFileError] = ModelFileError) -> Any:
-    """The parsed content of a YAML or JSON file (JSON when the suffix is .json, YAML otherwise); an empty YAML
-    file is {}. Raises `error` naming `what` and the path when the file cannot be read or parsed."""
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def read_text_capped(path: str | Path, *, source: str, error: type[ModelFileError] = ModelFileError,
+                     max_bytes: int = DATA_MAX_BYTES) -> str:
+    """The UTF-8 text of `path`, refused without reading it when stat() says it is larger than `max_bytes`
+    (and, for a file that grows or a device, when more than `max_bytes` arrive)."""
     path = Path(path)
-    source = f"{what} {path}"
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise error(source, "cannot read (a folder; expected a file)")
+        if info.st_size > max_bytes:
+            raise error(source, f"{info.st_size} bytes ({_size(info.st_size)}); expected a file of at most "
+                                f"{max_bytes} bytes ({_size(max_bytes)})")
+        with path.open("rb") as fh:
+            raw = fh.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise error(source, f"more than {max_bytes} bytes; expected a file of at most {max_bytes} bytes "
+                                f"({_size(max_bytes)})")
+        return raw.decode("utf-8")
     except FileNotFoundError:
         raise error(source, "cannot read (does not exist)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(source, f"cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-    return parse_data_text(text, source=source, json_format=path.suffix.lower() == ".json", error=error)
+    except UnicodeDecodeError as exc:
+        raise error(source, f"expected UTF-8 text, byte {exc.object[exc.start]:#04x} at offset {exc.start} is "
+                            "not UTF-8") from None
+    except OSError as exc:
+        raise error(source, f"cannot read ({exc.strerror or exc})") from None
+
+
+def read_data_file(path: str | Path, *, what: str = "file", error: type[ModelFileError] = ModelFileError,
+                   expected: str = "a mapping", max_bytes: int = DATA_MAX_BYTES) -> Any:
+    """The parsed content of a YAML or JSON file (JSON when the suffix is .json, YAML otherwise). Raises `error`
+    naming `what` and the path when the file is larger than `max_bytes`, cannot be read or parsed, repeats a key,
+    or is empty (`expected` says what it should hold)."""
+    path = Path(path)
+    source = f"{what} {path}"
+    text = read_text_capped(path, source=source, error=error, max_bytes=max_bytes)
+    return parse_data_text(text, source=source, json_format=path.suffix.lower() == ".json", error=error,
+                           expected=expected)
 
 
 def parse_data_text(text: str, *, source: str, json_format: bool = False,
-                    error: type[ModelFileError] = ModelFileError) -> Any:
-    """`text` parsed as JSON or YAML; `error(source, ...)` saying where the parser stopped when it is neither."""
+                    error: type[ModelFileError] = ModelFileError, expected: str | None = "a mapping",
+                    loader: type[yaml.SafeLoader] | None = None) -> Any:
+    """`text` parsed as JSON or YAML (with `loader`, a StrictLoader subclass); `error(source, ...)` saying where
+    the parser stopped, which key is repeated, or (unless `expected` is None: then {}) that the document is empty."""
     if json_format:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise error(source, f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        data = _parse_json(text, source, error)
+    else:
+        data = _parse_yaml(text, source, error, loader or StrictLoader)
+    if data is None:
+        if expected is None:
+            return {}
+        raise error(source, f"empty document; expected {expected}")
+    return data
+
+
+def _parse_json(text: str, source: str, error: type[ModelFileError]) -> Any:
+    if not text.strip():
+        return None
+    repeated: dict[int, str] = {}  # id of an object -> the first key it was given twice (json keeps the last)
+    holding: list[dict[str, Any]] = []  # those objects, kept alive so that no other object takes their id
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out and id(out) not in repeated:
+                repeated[id(out)] = key
+                holding.append(out)
+            out[key] = value
+        return out
+
     try:
-        data = yaml.safe_load(text)
+        data = json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise error(source, f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if repeated:
+        loc, key = _first_repeated(data, repeated)
+        raise error(source, f"key {field_path((*loc, key))!r} appears more than once; expected each key once in "
+                            "an object")
+    return data
+
+
+def _first_repeated(data: Any, repeated: dict[int, str]) -> tuple[tuple[Any, ...], str]:
+    """(where, key) of the first object, depth first in file order, that was given a key twice."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict) and id(item) in repeated:
+            return where, repeated[id(item)]
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        stack.extend(reversed([(child, (*where, k)) for k, child in children]))
+    raise AssertionError("a repeated key was recorded in an object that is not in the document")
+
+
+# ------------------------------------------------------------------------------------------------ YAML
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_STR = "tag:yaml.org,2002:str"
+
+
+class StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """PyYAML's safe loader (libyaml's when installed) with the YAML 1.2 core schema's booleans and numbers:
+    only true/false are booleans; decimal, 0x and 0b integers; floats with a dot or an exponent, .inf, .nan.
+    Everything else YAML 1.1 would resolve (yes/no/on/off, 012 as octal, 1:30 as sexagesimal) stays text.
+    Repeated keys are refused by `parse_data_text`, which composes the document before constructing it."""
+
+    yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
+                               for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+StrictLoader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?0b[01_]+|[-+]?0x[0-9a-fA-F_]+|[-+]?(?:0|[1-9][0-9_]*))$"), list("-+0123456789"))
+StrictLoader.add_implicit_resolver(_FLOAT, re.compile(
+    r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+    r"|[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+
+
+def _parse_yaml(text: str, source: str, error: type[ModelFileError], loader_class: type) -> Any:
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, source, error)
+        repeated = _yaml_duplicate(loader, node)
+        if repeated is not None:
+            loc, key, first, again = repeated
+            raise error(source, f"key {field_path((*loc, key))!r} appears twice (line {first} and line {again}); "
+                                "expected each key once in a mapping")
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or exc
         raise error(source, f"not valid YAML ({_one_line(problem)}{where})") from None
-    return {} if data is None else data
+    finally:
+        loader.dispose()
 
 
+MAX_EXPANDED_VALUES = 1_000_000
+"""The most values a YAML document may stand for once its aliases are expanded. A file under its size cap can
+still stand for billions of values through nested anchors (`a: &a [1, 1]`, `b: &b [*a, *a]`, ...): the YAML
+parser shares them, but validating them visits every one. A settings file at its cap holds about 100,000."""
+
+
+def _check_expansion(root: yaml.Node, source: str, error: type[ModelFileError]) -> None:
+    """Refuse a document whose aliases refer to a node that contains them, or expand it beyond
+    MAX_EXPANDED_VALUES (each node's expanded size is counted once, so this costs one pass over the nodes)."""
+    size: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        children = _node_children(node)
+        if finished:
+            open_nodes.discard(id(node))
+            size[id(node)] = min(1 + sum(size[id(c)] for c in children), MAX_EXPANDED_VALUES + 1)
+            continue
+        if id(node) in size:
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_nodes:
+                raise error(source, f"an alias at line {child.start_mark.line + 1} refers to a node that contains it; "
+                                    "expected a tree of values")
+            if id(child) not in size:
+                stack.append((child, False))
+    if size[id(root)] > MAX_EXPANDED_VALUES:
+        raise error(source, f"its aliases expand it to more than {MAX_EXPANDED_VALUES} values; expected at most "
+                            f"{MAX_EXPANDED_VALUES}")
+
+
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _yaml_duplicate(loader: Any, root: yaml.Node) -> tuple[tuple[Any, ...], Any, int, int] | None:
+    """(where, key, first line, repeated line) of the first key given twice in one mapping, in file order. A key
+    is compared as constructed (so `1` and `1.0`, or `1` and `true`, collide as they would in the dict); merge
+    keys (`<<`) may be overridden, as YAML says. Each node is visited once, so aliases cost nothing."""
+    seen_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
+    while stack:
+        node, loc = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        children: list[tuple[yaml.Node, tuple[Any, ...]]] = []
+        if isinstance(node, yaml.MappingNode):
+            keys: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    children.append((value_node, loc))
+                    continue
+                if not isinstance(key_node, yaml.ScalarNode):
+                    children.append((value_node, (*loc, "?")))
+                    continue  # a complex key: the constructor refuses it as unhashable
+                key = key_node.value if key_node.tag == _STR else loader.construct_object(key_node)
+                line = key_node.start_mark.line + 1
+                if key in keys:
+                    return loc, key if isinstance(key, str) else str(key), keys[key], line
+                keys[key] = line
+                children.append((value_node, (*loc, key if isinstance(key, str) else str(key))))
+        elif isinstance(node, yaml.SequenceNode):
+            children = [(child, (*loc, i)) for i, child in enumerate(node.value)]
+        stack.extend(reversed(children))
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ validating
 def validate_model(data: Any, model: type[M], *, source: str, error: type[ModelFileError] = ModelFileError,
                    context: dict[str, Any] | None = None) -> M:
-    """`data` validated as `model`; `error(source, ...)` naming every bad field when it does not fit."""
+    """`data` validated as `model`; `error(source, ...)` naming every bad field when it does not fit, and every
+    boolean where the model wants a number (pydantic's lax mode would read `true` as 1)."""
     if not isinstance(data, dict):
         raise error(source, f"expected a mapping of {model.__name__} fields at the top level, "
                             f"got {type(data).__name__}")
+    booleans = bool_where_number(data, model)
+    if booleans:
+        raise error(source, describe_booleans(booleans))
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
@@ -89,15 +316,115 @@ def validate_model(data: Any, model: type[M], *, source: str, error: type[ModelF
 
 
 def load_model_file(path: str | Path, model: type[M], *, what: str = "file",
-                    error: type[ModelFileError] = ModelFileError, context: dict[str, Any] | None = None) -> M:
-    """Read `path` (YAML, or JSON by suffix) and validate it as `model`.
+                    error: type[ModelFileError] = ModelFileError, context: dict[str, Any] | None = None,
+                    expected: str | None = None, max_bytes: int = SETTINGS_MAX_BYTES) -> M:
+    """Read `path` (YAML, or JSON by suffix; at most `max_bytes`) and validate it as `model`.
 
     Raises `error` (ModelFileError or a subclass) as "<what> <path>: <problem>" on one line, where the problem is
-    "cannot read (...)", "not JSON (...)", "not valid YAML (...)", or the fields: "missing field 'a'; unexpected
-    field 'b' (expected one of: x, y); field 'c.d': <what was expected> (got <what arrived>)".
+    "cannot read (...)", "<size>; expected a file of at most <cap>", "not JSON (...)", "not valid YAML (...)",
+    "key 'a.b' appears twice (line 2 and line 4); ...", "empty document; expected <expected>" (default: the
+    model's fields), or the fields: "missing field 'a'; unexpected field 'b' (expected one of: x, y); field 'c.d':
+    <what was expected> (got <what arrived>)".
     """
-    data = read_data_file(path, what=what, error=error)
+    expected = expected or f"a mapping of {model.__name__} fields ({', '.join(_field_names(model))})"
+    data = read_data_file(path, what=what, error=error, expected=expected, max_bytes=max_bytes)
     return validate_model(data, model, source=f"{what} {Path(path)}", error=error, context=context)
+
+
+def bool_where_number(data: Any, model: type[BaseModel]) -> list[tuple[tuple[Any, ...], bool]]:
+    """(field location, value) of every boolean in `data` sitting where `model` wants a number (int, float,
+    Decimal, a Literal of numbers; not where a bool is one of the choices). Fields the model does not name are
+    left to its own validation."""
+    out: list[tuple[tuple[Any, ...], bool]] = []
+    seen: set[int] = set()
+    stack: list[tuple[Any, Any, tuple[Any, ...]]] = [(data, model, ())]
+    while stack:
+        value, annotation, loc = stack.pop()
+        if isinstance(value, bool):
+            if _wants_number(annotation):
+                out.append((loc, value))
+            continue
+        if not isinstance(value, (dict, list)) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        if isinstance(value, dict):
+            key_type = _dict_key_type(annotation)
+            out.extend(((*loc, key), key) for key in value if isinstance(key, bool) and _wants_number(key_type))
+        uniform = _item_type(annotation)  # a dict's values or a list's items share one annotation: look it up once
+        children = [(child, inner, (*loc, key)) for key, child in items if isinstance(child, (bool, dict, list))
+                    and (inner := uniform if uniform is not None else _step(annotation, key)) is not None]
+        stack.extend(reversed(children))
+    return out
+
+
+def _item_type(annotation: Any) -> Any:
+    """The one annotation of every value of a dict / item of a list or homogeneous tuple, else None."""
+    annotation = _unwrap_optional(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is dict and len(args) == 2:
+        return args[1]
+    if origin in (list, set, frozenset) and args or origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
+def describe_booleans(found: list[tuple[tuple[Any, ...], bool]], most: int = 5) -> str:
+    """"field 'a.b': expected a number, got true (a boolean)" for each of `found` (bool_where_number)."""
+    parts = [f"field {field_path(loc)!r}: expected a number, got {str(value).lower()} (a boolean)"
+             for loc, value in found[:most]]
+    return "; ".join(parts) + (f" (+{len(found) - most} more)" if len(found) > most else "")
+
+
+def refuse_bool(value: Any) -> Any:
+    """A pydantic before-validator for a number field whose data a model reshapes before validation (so that
+    bool_where_number cannot follow it): a boolean is refused, anything else goes on to the number check."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+def _wants_number(annotation: Any) -> bool:
+    annotation = _strip_annotated(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        arms = [_strip_annotated(a) for a in typing.get_args(annotation)]
+        if any(a in (bool, Any, object) or _literal_has_bool(a) for a in arms):
+            return False
+        return any(_wants_number(a) for a in arms)
+    if origin is typing.Literal:
+        values = _literal_values(annotation)
+        return not any(isinstance(v, bool) for v in values) and any(isinstance(v, (int, float)) for v in values)
+    return isinstance(annotation, type) and annotation is not bool and issubclass(annotation, (int, float, Decimal))
+
+
+def _dict_key_type(annotation: Any) -> Any:
+    annotation = _unwrap_optional(annotation)
+    args = typing.get_args(annotation)
+    return args[0] if typing.get_origin(annotation) is dict and len(args) == 2 else None
+
+
+def _literal_values(annotation: Any) -> list[Any]:
+    out: list[Any] = []
+    for v in typing.get_args(annotation):
+        out.extend(v if isinstance(v, tuple) else [v])  # a tuple inside Literal[] stands for its members
+    return out
+
+
+def _literal_has_bool(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is not typing.Literal:
+        return False
+    return any(isinstance(v, bool) for v in _literal_values(annotation))
+
+
+def _strip_annotated(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
 
 
 # ------------------------------------------------------------------------------------------------- wording
@@ -126,7 +453,9 @@ def describe_validation(exc: ValidationError, model: type[BaseModel] | None = No
             unexpected.setdefault(loc[:-1], []).append(f"field {field!r}")
         else:
             got = err.get("input")
-            shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+            shown = repr(got)
+            if isinstance(got, (dict, list)) and len(shown) > 40:
+                shown = f"a {'mapping' if isinstance(got, dict) else 'list'} of {len(got)} item(s)"
             if len(shown) > 60:
                 shown = shown[:57] + "..."
             msg = str(err["msg"]).removeprefix("Value error, ")
@@ -164,23 +493,28 @@ def _step(annotation: Any, item: Any) -> Any:
     item), or None when it cannot be followed."""
     annotation = _unwrap_optional(annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        info = annotation.model_fields.get(str(item)) or next(
+        if not isinstance(item, str):
+            return None
+        info = annotation.model_fields.get(item) or next(
             (f for f in annotation.model_fields.values() if f.alias == item), None)
         return info.annotation if info is not None else None
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is dict and len(args) == 2:
         return args[1]
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        return args[item] if isinstance(item, int) and 0 <= item < len(args) else None
     if origin in (list, set, frozenset, tuple) and args:
         return args[0]
     return None
 
 
 def _unwrap_optional(annotation: Any) -> Any:
-    """`X | None` -> X; a union of several types -> its first pydantic model, if any."""
+    """`X | None` -> X; a union of several types -> its first pydantic model, if any; Annotated[X, ...] -> X."""
+    annotation = _strip_annotated(annotation)
     while typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(args) == 1:
-            annotation = args[0]
+            annotation = _strip_annotated(args[0])
             continue
         return next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), annotation)
     return annotation

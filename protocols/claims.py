@@ -45,6 +45,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from firmware_bridge.model_file import (
+    DATA_MAX_BYTES,
+    ModelFileError,
+    StrictLoader,
+    bool_where_number,
+    field_path,
+    parse_data_text,
+    read_text_capped,
+)
 from firmware_bridge.variables import LAYOUTS
 
 from .datasheets import DatasheetIdentity, UnknownDatasheet, datasheet_for, known_datasheets
@@ -58,6 +67,10 @@ ClaimKind = Literal["typical", "range", "accuracy", "max_rating"]
 
 PACKAGED_DIR = "protocols/data/claims"
 """How packaged claim files are named in messages (the files themselves are read through importlib.resources)."""
+
+CLAIM_MAX_BYTES = DATA_MAX_BYTES
+"""A claim file larger than this (1 MiB) is refused before it is read: the largest real one is 48 KB (the paper's
+claims.yaml, 25 claims with their quotes), the packaged ones 3-15 KB."""
 
 _ID_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$")
 _PROTOCOL_RE = re.compile(r"^[a-z0-9_]+\.[a-z0-9_]+$")
@@ -306,11 +319,12 @@ def _parts_in(info: ValidationInfo) -> tuple[DatasheetIdentity, ...] | None:
 
 
 # ---------------------------------------------------------------------------------------------- loading
-class _DecimalLoader(yaml.SafeLoader):
-    """YAML loader that reads floats as the Decimal of the digits written (0.06 stays 0.06)."""
+class _DecimalLoader(StrictLoader):
+    """The one strict YAML loader (firmware_bridge.model_file: YAML 1.2 booleans and numbers; repeated keys are
+    refused by parse_data_text) reading floats as the Decimal of the digits written (0.06 stays 0.06)."""
 
 
-def _construct_decimal(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+def _construct_decimal(loader: Any, node: yaml.ScalarNode) -> Any:
     text = str(loader.construct_scalar(node)).replace("_", "")
     try:
         return Decimal(text)
@@ -352,6 +366,12 @@ def parse_claim(entry: Any, file: str, defaults: Mapping[str, Any] | None = None
     data = {**(defaults or {}), **entry}
     claim_id = entry.get("id")
     label = str(claim_id) if claim_id is not None else "<no id>"
+    booleans = bool_where_number(data, Claim)
+    if booleans:  # pydantic would read `page: true` as page 1
+        (loc, value), *more = booleans
+        also = f" (also: {', '.join(field_path(x) for x, _ in more)})" if more else ""
+        raise ClaimFileError(file, label, field_path(loc), f"expected a number, got {str(value).lower()} (a boolean)"
+                             f"{also}")
     try:
         claim = Claim.model_validate(data, context={"parts": parts if parts is not None else known_datasheets()})
     except ValidationError as e:
@@ -395,9 +415,9 @@ def parse_claim_file(text: str, file: str, known_protocols: Collection[str] | No
     """Parse one claim file's text. Top level: optional `component`/`datasheet`/`datasheet_sha256` defaults, the
     `parts` it adds to the parts table, and a `claims` list."""
     try:
-        doc = yaml.load(text, Loader=_DecimalLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise ClaimFileError(file, None, None, f"not valid YAML: {e}") from e
+        doc = parse_data_text(text, source=file, loader=_DecimalLoader, expected="a mapping with a 'claims' list")
+    except ModelFileError as e:  # not YAML, a key given twice, an empty document: model_file's one line
+        raise ClaimFileError(file, None, None, e.problem) from None
     if not isinstance(doc, dict):
         raise ClaimFileError(file, None, None, "expected a mapping with a 'claims' list")
     unknown = sorted(set(doc) - {"component", "datasheet", "datasheet_sha256", "parts", "claims", "notes"})
@@ -434,6 +454,16 @@ def _files_at(path: Path) -> list[tuple[str, Traversable]]:
     return [(str(path), path)]
 
 
+def _claim_text(name: str, f: Traversable) -> str:
+    """A claim file's text; a file on disk is refused above CLAIM_MAX_BYTES before it is read."""
+    if not isinstance(f, Path):
+        return f.read_text(encoding="utf-8")  # packaged data inside an archive: ours, and small
+    try:
+        return read_text_capped(f, source=name, max_bytes=CLAIM_MAX_BYTES)
+    except ModelFileError as e:
+        raise ClaimFileError(name, None, None, e.problem) from None
+
+
 def load_claims(path_or_dir: str | Path | None = None, *,
                 known_protocols: Collection[str] | None = None) -> dict[str, Claim]:
     """All claims from one file, a folder of files, or (None) the packaged files; keyed by id, in file order."""
@@ -448,7 +478,7 @@ def load_claim_sources(paths: Sequence[str | Path] | None, *,
     out: dict[str, Claim] = {}
     origin: dict[str, str] = {}
     for name, f in sources:
-        for claim in parse_claim_file(f.read_text(encoding="utf-8"), name, known_protocols):
+        for claim in parse_claim_file(_claim_text(name, f), name, known_protocols):
             if claim.id in out:
                 raise ClaimFileError(name, claim.id, "id", f"duplicate claim id (also in {origin[claim.id]})")
             out[claim.id] = claim

@@ -311,8 +311,9 @@ class SimParams(_Strict):
 
 
 def load_params(path: str | Path) -> SimParams:
-    """Read and validate a parameter file (JSON by suffix, YAML otherwise); ModelFileError names the file, the
-    field, what was expected and what arrived."""
+    """Read and validate a parameter file (JSON by suffix, YAML otherwise) with the one strict reader: a key given
+    twice, an empty file (`{}` is the file of defaults), a boolean where a number is meant or a file above
+    SETTINGS_MAX_BYTES is refused; ModelFileError names the file, the field, what was expected and what arrived."""
     return load_model_file(path, SimParams, what="simulator parameters")
 
 

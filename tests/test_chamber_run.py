@@ -379,10 +379,10 @@ def test_safe_close_without_a_given_state_uses_the_chambers_own_limits_safe_sect
 
 @pytest.mark.parametrize("text, problem", [
     ("wt: {load_in: '0'}\n", r"field 'wt\.load_in': Input should be a valid number \(got '0'\)"),
-    ("wt: {load_in: true}\n", r"field 'wt\.load_in': Input should be a valid number \(got True\)"),
+    ("wt: {load_in: true}\n", r"field 'wt\.load_in': expected a number, got true \(a boolean\)"),
     ("wt: {load_in: .nan}\n", r"field 'wt\.load_in': Input should be a finite number \(got nan\)"),
     ("xt: {load_in: 0}\n", r"unexpected field 'xt' \(expected one of: wt, lt\)"),
-    ("", r"expected a mapping with keys wt and/or lt"),
+    ("", r"empty document; expected a mapping of settings by chamber \(wt: \{variable: value\}"),
     ("- 1\n", r"expected a mapping of SafeStateFile fields at the top level, got list"),
 ])
 def test_a_bad_safe_state_file_is_refused_in_one_line_naming_the_file_and_the_field(tmp_path, text, problem):

@@ -160,8 +160,10 @@ def test_missing_file_top_level_list_and_empty_file(tmp_path):
     with pytest.raises(ModelFileError, match=r"expected a mapping of _File fields at the top level, got list$"):
         load_model_file(tmp_path / "list.yaml", _File)
     (tmp_path / "empty.yaml").write_text("# nothing yet\n")
-    assert read_data_file(tmp_path / "empty.yaml") == {}
-    with pytest.raises(ModelFileError, match=r"empty\.yaml: missing field 'entries'$"):
+    with pytest.raises(ModelFileError, match=r"empty\.yaml: empty document; expected a mapping$"):
+        read_data_file(tmp_path / "empty.yaml")
+    with pytest.raises(ModelFileError, match=r"empty\.yaml: empty document; expected a mapping of _File fields "
+                                             r"\(entries\)$"):
         load_model_file(tmp_path / "empty.yaml", _File)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
+from firmware_bridge.model_file import SETTINGS_MAX_BYTES, ModelFileError, read_data_file, validate_model
 
 
 class CertificateError(ValueError):
@@ -107,7 +107,9 @@ class CertifiedUncertainty:
 def load_certificate(path: str | Path) -> Certificate:
     """A certificate file (YAML); CertificateFileError names the file, the field, what was expected and arrived."""
     p = Path(path)
-    data = read_data_file(p, what="certificate file", error=CertificateFileError)
+    data = read_data_file(p, what="certificate file", error=CertificateFileError, max_bytes=SETTINGS_MAX_BYTES,
+                          expected="a mapping with instrument, serial, certificate_number, laboratory, issued and "
+                                   "quantities")
     if isinstance(data, dict):
         data = {**data, "source": str(p)}
     return validate_model(data, Certificate, source=f"certificate file {p}", error=CertificateFileError)

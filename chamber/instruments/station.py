@@ -39,7 +39,9 @@ class StationError(InstrumentError):
 
 
 class StationFileError(StationError, ModelFileError):
-    """A station file that cannot be read or does not validate (the one configuration-file error)."""
+    """A station file that cannot be read or does not validate (the one configuration-file error). Its message is
+    model_file's one line: RuntimeError (under InstrumentError) comes first in this class's MRO, and ModelFileError
+    gives its own __init__ to such a subclass, so the message is never the (source, problem) tuple."""
 
 
 def _chamber_variables(chamber: str) -> set[str]:
@@ -144,8 +146,10 @@ class StationFile(_Model):
 
 
 def load_station_file(path: str | Path) -> StationFile:
-    """Parse and validate a station file; StationFileError names the file, the field and what was expected."""
-    return load_model_file(path, StationFile, what="station file", error=StationFileError)
+    """Parse and validate a station file (the one strict reader: at most SETTINGS_MAX_BYTES, no key twice, not
+    empty, no boolean where a number is meant); StationFileError names the file, the field and what was expected."""
+    return load_model_file(path, StationFile, what="station file", error=StationFileError,
+                           expected="a mapping with name, instruments and rails/positions")
 
 
 # ------------------------------------------------------------------------------------------ the open station
@@ -181,8 +185,8 @@ class Station:
                 smu = self.instruments[r.instrument]
                 assert isinstance(smu, SourceMeter)
                 return r, smu
-        raise StationError(f"station {self.name!r} has no smu rail for {component}; rails: "
-                           f"{[(r.name, r.component) for r in self.spec.rails] or 'none'}")
+        rails = ", ".join(f"{r.name} ({r.component})" for r in self.spec.rails) or "none"
+        raise StationError(f"station {self.name!r}: expected an smu rail for {component}, got rails: {rails}")
 
     def position(self, kind: str, component: str) -> tuple[PositionEntry, Any]:
         for p in self.spec.positions:
