@@ -13,13 +13,13 @@ run) falls back to the pool `run` grades by default (load_main_job_claims), neve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from firmware_bridge.model_file import ModelFileError, read_data_file
 from protocols.claims import Claim, ClaimFileError, load_claim_sources, parse_claim
 from protocols.datasheets import DatasheetIdentity, known_datasheets
 from protocols.files import write_json_atomic
@@ -78,6 +78,8 @@ def main_job_datasheets() -> list[DatasheetIdentity]:
 RUN_POOL_FILE = "claim_pool.json"
 """The claim pool a run graded, in its run folder (write_run_pool, load_run_pool)."""
 RUN_POOL_FORMAT = 1
+RUN_POOL_MAX_BYTES = 16 << 20
+"""A pool holds every claim of a run in full; a user's claim folder may be far larger than the packaged one's ~0.1 MB."""
 
 
 class RunPool(BaseModel):
@@ -125,10 +127,12 @@ def load_run_pool(run_dir: Path) -> dict[str, Claim] | None:
 
 def read_run_pool(path: Path) -> RunPool:
     """The pool file's envelope (sources, parts, claims as data); ClaimFileError names what was expected."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ClaimFileError(str(path), None, None, f"expected a claim pool (JSON) written by a run; {e}") from e
+    try:  # the one strict reader: a repeated key or an empty file is a damaged pool, not a quiet default
+        doc = read_data_file(path, what="claim pool", expected="a claim pool (JSON) written by a run",
+                             max_bytes=RUN_POOL_MAX_BYTES)
+    except ModelFileError as e:
+        expected = "" if "expected" in e.problem else "; expected a claim pool (JSON) written by a run"
+        raise ClaimFileError(str(path), None, None, e.problem + expected) from None
     try:
         pool = RunPool.model_validate(doc)
     except ValidationError as e:

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 MANIFEST = "archive_import.json"
 CELLS = "imported_cells.jsonl"
 GOLD = "gold_labels.json"
+ARCHIVE_MAX_BYTES = 64 << 20
+"""The paper's archive files reach 0.8 MB; the one reader's 1 MiB default for data files would be too close."""
 
 _FAULT_ARMS = {"F1": "withhold-navigation", "F5": "withhold-crosscheck"}
 _PROBE_ARMS = {"closed_book": "closed-book", "null_tool_injection": "null-tool", "wrong_content": "wrong-content"}
@@ -43,7 +45,7 @@ class ArchiveFileError(ArchiveError, ModelFileError):
 
 def _load_json(path: Path) -> Any:
     # JSON by its suffix; Python's json (under read_data_file) accepts the archive's bare NaN tokens
-    return read_data_file(path, what="archive file", error=ArchiveFileError)
+    return read_data_file(path, what="archive file", error=ArchiveFileError, max_bytes=ARCHIVE_MAX_BYTES)
 
 
 def _cell(**kw: Any) -> ImportedCell:
@@ -186,7 +188,7 @@ def _gold(data_dir: Path, archive_dir: Path) -> tuple[list[ImportedCell], dict[s
     from agent.scoring.attribution import normalise_gold
 
     gold_path = data_dir / "classifier_gold.yaml"
-    doc = read_data_file(gold_path, what="gold labels", error=ArchiveFileError)
+    doc = read_data_file(gold_path, what="gold labels", error=ArchiveFileError, max_bytes=ARCHIVE_MAX_BYTES)
     traces = parse_gold_traces(gold_path.read_text(encoding="utf-8"))  # the comments YAML drops
     sample = _load_json(archive_dir / "sampled_cells.json").get("sample") or []
     autos: dict[str, dict[str, Any]] = {}
@@ -267,7 +269,8 @@ def import_archive(root: Path, out: Path) -> dict[str, Any]:
             files[f"archive/{p.name}"] = sha256_of(p)
     a2 = data_dir / "classifier_gold.annotator2.yaml"
     if a2.exists():
-        labelled = sum(1 for c in read_data_file(a2, what="gold labels", error=ArchiveFileError).get("cells") or []
+        labelled = sum(1 for c in read_data_file(a2, what="gold labels", error=ArchiveFileError,
+                                                 max_bytes=ARCHIVE_MAX_BYTES).get("cells") or []
                        if c.get("gold_label"))
         skipped["data/classifier_gold.annotator2.yaml"] = (
             f"second annotator: {labelled} of 30 cells labelled — no inter-annotator agreement can be computed"
