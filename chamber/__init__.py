@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from chamber.driver import Chamber
-from chamber.errors import ChamberHalted, FirmwareError, FrameRejected, InvalidSetting, LinkLost
+from chamber.errors import ChamberHalted, FirmwareError, FrameRejected, InvalidSetting, LinkLost, NoBoardAnswered
 from chamber.frame import Frame
 from chamber.limits import OperatorLimits, load_limits
+from chamber.safe_state import SafeStateUnconfirmed
 
 __all__ = ["Chamber", "ChamberHalted", "FirmwareError", "Frame", "FrameRejected", "InvalidSetting", "LinkLost",
-           "OperatorLimits", "load_limits", "open_chamber"]
+           "NoBoardAnswered", "OperatorLimits", "SafeStateUnconfirmed", "load_limits", "open_chamber"]
 
 
 def open_chamber(port: str | None = None, *, backend: str = "serial", chamber: str = "wt", seed: int = 0,

@@ -7,10 +7,26 @@ the serial path is still exercised end to end.
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from firmware_bridge.rows import RowBlock
 from firmware_bridge.session import BootInfo
+
+SETTLE_TIMEOUT_S = 15.0
+"""The longest a backend spends finishing an interrupted exchange before it resets the board instead: an MSR of
+~70 wind-tunnel rows (BOARD_PACE row period), or a SET that moves the hatch across its range."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What `Backend.settle` did: "idle" (nothing was in flight), "finished" (the exchange in flight was finished
+    as the firmware expects), "reset" (it could not be: the board was reset by reopening the port). `boot`: the
+    fresh announcement when the board rebooted (after "reset", or a finished RST); then every setting is back at
+    its power-on value."""
+
+    how: Literal["idle", "finished", "reset"]
+    boot: BootInfo | None = None
 
 
 class Backend(Protocol):
@@ -30,6 +46,10 @@ class Backend(Protocol):
 
     def reset(self) -> BootInfo:
         """Reset the board even if it is halted (serial: RST, else reopen the port) and return the announcement."""
+        ...
+
+    def settle(self, timeout: float) -> Settled:
+        """Finish an exchange an interrupt cut short, within `timeout` seconds, else reset the board."""
         ...
 
     def close(self) -> None: ...

@@ -3,17 +3,23 @@
 Why the rules live here: validation and operator limits before anything is sent, refusing commands after a
 firmware error until reset, and recovering from a lost link (fail the measurement in flight, reconnect with
 back-off on next use, re-apply the last settings, mark the frame) must hold for every caller and both backends.
+
+One exchange at a time: the main job's API serves chamber calls from a worker thread while the main thread may
+leave (Ctrl-C, SIGTERM) and apply the safe state; every command holds the chamber's lock, and the exit path takes
+it with a timeout (`exclusive`), so the two never interleave on the wire.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
-from chamber.backend import Backend
+from chamber.backend import SETTLE_TIMEOUT_S, Backend, Settled
 from chamber.catalogue import VariableCatalogue
-from chamber.errors import ChamberHalted, FirmwareError, LinkLost, NotConnected
+from chamber.errors import ChamberBusy, ChamberHalted, FirmwareError, LinkLost, NotConnected
 from chamber.frame import Frame
 from chamber.limits import OperatorLimits, as_limits
 from firmware_bridge.session import BootInfo
@@ -42,16 +48,29 @@ class Chamber:
         self._reconnected = False
         self._reconnects = 0
         self._closed = False
+        self._lock = threading.RLock()  # one exchange at a time (reentrant: set_many calls set)
 
     # ------------------------------------------------------------------ connection
     def connect(self) -> "Chamber":
         """Reset the board and await its configuration and variable list."""
-        self._closed = False
-        self._install(self.backend.connect())
-        self._applied.clear()
-        self._halted = None
-        self._link_down = None
+        with self._lock:
+            self._closed = False
+            self._install(self.backend.connect())
+            self._applied.clear()
+            self._halted = None
+            self._link_down = None
         return self
+
+    @contextmanager
+    def exclusive(self, timeout: float | None = None) -> Iterator["Chamber"]:
+        """Hold the chamber for several commands (no other thread's exchange in between). `timeout`: wait at most
+        this long for a command in flight on another thread to end, else ChamberBusy."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise ChamberBusy(f"expected the chamber to be free within {timeout:g} s, another thread still holds it")
+        try:
+            yield self
+        finally:
+            self._lock.release()
 
     def _install(self, boot: BootInfo) -> None:
         layout = layout_from_names(boot.config, boot.names)
@@ -83,47 +102,81 @@ class Chamber:
     # ------------------------------------------------------------------ commands
     def set(self, name: str, value: float | str) -> float:
         """Validate (firmware rules and operator limits), then SET; returns the float applied."""
-        self._check_usable()
-        number = self.catalogue.validate(name, value)
-        self._ensure_link()
-        self._call(self.backend.set, name, number)
-        self._applied.pop(name, None)
-        self._applied[name] = number
-        return number
+        with self._lock:
+            self._check_usable()
+            number = self.catalogue.validate(name, value)
+            self._ensure_link()
+            self._call(self.backend.set, name, number)
+            self._applied.pop(name, None)
+            self._applied[name] = number
+            return number
 
     def set_many(self, settings: dict[str, float | str]) -> dict[str, float]:
         """Validate every setting first (nothing is sent if one is refused), then apply them in order."""
-        self._check_usable()
-        numbers = {name: self.catalogue.validate(name, value) for name, value in settings.items()}
-        return {name: self.set(name, number) for name, number in numbers.items()}
+        with self._lock:
+            self._check_usable()
+            numbers = {name: self.catalogue.validate(name, value) for name, value in settings.items()}
+            return {name: self.set(name, number) for name, number in numbers.items()}
 
     def measure(self, n: int) -> Frame:
         """MSR n rows; LinkLost if the link breaks (no partial frame); reconnects first if the last one broke."""
-        self._check_usable()
-        if isinstance(n, bool) or int(n) != n or n < 1:
-            raise ValueError(f"expected a positive whole number of rows, received {n!r}")
-        self.catalogue.check_measurable(self.state())  # the PID runs only while measuring: bounded on every path
-        self._ensure_link()
-        block = self._call(self.backend.measure, int(n))
-        frame = Frame(
-            names=self.layout.names,
-            values=block.values,
-            host_timestamps=block.host_timestamps,
-            config=self.config,
-            reconnected=self._reconnected,
-            link=self.link_stats(),
-        )
-        self._reconnected = False
-        return frame
+        with self._lock:
+            self._check_usable()
+            if isinstance(n, bool) or int(n) != n or n < 1:
+                raise ValueError(f"expected a positive whole number of rows, received {n!r}")
+            self.catalogue.check_measurable(self.state())  # the PID runs only while measuring: bounded on every path
+            self._ensure_link()
+            block = self._call(self.backend.measure, int(n))
+            frame = Frame(
+                names=self.layout.names,
+                values=block.values,
+                host_timestamps=block.host_timestamps,
+                config=self.config,
+                reconnected=self._reconnected,
+                link=self.link_stats(),
+            )
+            self._reconnected = False
+            return frame
+
+    def read_back(self) -> dict[str, float]:
+        """One MSR row: each actuator's value as the board reports it (the value it applied), NaN if unset."""
+        with self._lock:
+            frame = self.measure(1)
+            row = frame.values[0]
+            return {v.name: float(row[i]) for i, v in enumerate(self.layout.variables) if v.kind is Kind.ACTUATOR}
+
+    def settle(self, timeout: float = SETTLE_TIMEOUT_S) -> Settled:
+        """Finish an exchange an interrupt cut short (serial: the backend finishes it as the firmware expects,
+        else resets the board by reopening the port), so the next command is answered as its own. A lost link is
+        reopened here without re-applying the last settings (the caller is about to set others). After "reset"
+        the settings are forgotten, as after reset(). A halted board is left for reset()."""
+        with self._lock:
+            if self._closed:
+                raise NotConnected("the chamber was closed")
+            if self._halted is not None:
+                return Settled("idle")
+            if self._link_down is not None:
+                result = Settled("reset", self.backend.connect())
+            else:
+                result = self._call(self.backend.settle, timeout)
+            if result.boot is not None:  # the board rebooted (reopened port, or the RST in flight): settings gone
+                self._install(result.boot)
+                self._applied.clear()
+                self._link_down = None
+            if result.how == "reset":
+                self._reconnects += 1
+                self._reconnected = True
+            return result
 
     def reset(self) -> None:
         """Reset the board (also a halted one): power-on state, settings forgotten."""
-        if self._closed:
-            raise NotConnected("the chamber was closed")
-        self._install(self.backend.reset())
-        self._applied.clear()
-        self._halted = None
-        self._link_down = None
+        with self._lock:
+            if self._closed:
+                raise NotConnected("the chamber was closed")
+            self._install(self.backend.reset())
+            self._applied.clear()
+            self._halted = None
+            self._link_down = None
 
     def state(self) -> dict[str, float]:
         """The last applied value of each input variable the host set (since connect or reset)."""
@@ -139,9 +192,16 @@ class Chamber:
         stats["reconnects"] = self._reconnects
         return stats
 
-    def close(self) -> None:
-        self._closed = True
-        self.backend.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Close the port. `timeout`: wait at most this long for another thread's exchange (then close anyway:
+        its read fails and it ends)."""
+        acquired = self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        try:
+            self._closed = True
+            self.backend.close()
+        finally:
+            if acquired:
+                self._lock.release()
 
     def __enter__(self) -> "Chamber":
         if self._layout is None:

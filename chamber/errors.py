@@ -12,8 +12,10 @@ from firmware_bridge.errors import (  # noqa: F401  (re-exported)
     FirmwareError,
     FrameRejected,
     LinkLost,
+    NoBoardAnswered,
     PacketTooLong,
     ProtocolError,
+    SettleTimeout,
 )
 
 
@@ -45,3 +47,7 @@ class LimitsError(ChamberError, ValueError):
 
 class NotConnected(ChamberError):
     """The driver was used before connect() or after close()."""
+
+
+class ChamberBusy(ChamberError):
+    """Another thread kept the chamber (an exchange in flight) longer than the caller could wait."""

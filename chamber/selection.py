@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -23,7 +24,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from chamber.driver import Chamber
 from chamber.errors import ChamberError
 from chamber.limits import OperatorLimits, load_limits
-from chamber.safe_state import SafeOutcome, SafeState, check_safe_state, resolve_safe_state, safe_close
+from chamber.safe_state import (LOCK_WAIT_S, SafeOutcome, SafeState, SafeStateUnconfirmed, check_safe_state,
+                                resolve_safe_state, safe_close)
+from chamber.stop import signals_deferred
 from firmware_bridge.model_file import ModelFileError, describe_validation, read_data_file, validate_model
 
 log = logging.getLogger(__name__)
@@ -91,14 +94,17 @@ def read_params(path: str | Path | None) -> dict[str, Any] | None:
     return data
 
 
+_HANDLED = object()  # OpenChambers.close's default: the exception being handled where it is called, if any
+
+
 @dataclass
 class OpenChambers:
     """Connected chambers by kind; leaving the `with` block (or `close()`) applies the safe state and closes.
 
     `safe`: the state to leave them in (None: each chamber's limits file's `safe:` section, else the default);
     `make_safe=False` closes without setting anything (a command that changed nothing, like `chamber info`).
-    `warn` receives one line per chamber whose safe state could not be applied. `ports` and `emulated` say
-    where each chamber was found, for a run's provenance."""
+    `warn` receives one line per chamber whose safe state the board's read-back did not confirm. `ports` and
+    `emulated` say where each chamber was found, for a run's provenance."""
 
     chambers: dict[str, Chamber] = field(default_factory=dict)
     ports: dict[str, str] = field(default_factory=dict)
@@ -109,19 +115,38 @@ class OpenChambers:
     outcomes: list[SafeOutcome] = field(default_factory=list)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
-    def close(self) -> list[SafeOutcome]:
-        """Safe state then close, for every chamber (best effort), then stop any emulated boards."""
-        for chamber in self.chambers.values():
-            if not self.make_safe:
-                chamber.close()
-                continue
-            outcome = safe_close(chamber, self.safe)
-            self.outcomes.append(outcome)
-            if outcome.error:
-                self.warn(f"warning: safe state not applied on {outcome.chamber}: {outcome.error}")
-        self.chambers = {}
-        self._stack.close()
+    def close(self, error: BaseException | None | object = _HANDLED) -> list[SafeOutcome]:
+        """Safe state then close, for every chamber (best effort), then stop any emulated boards. SIGINT/SIGTERM
+        wait meanwhile (chamber.stop.signals_deferred). `error`: the exception propagating (default: the one
+        being handled, if any); then, if the safe state is not confirmed on a chamber, SafeStateUnconfirmed is
+        raised from it. Without one nothing is raised (see `outcomes` / `unconfirmed`), except that a signal
+        deferred meanwhile is raised afterwards as KeyboardInterrupt (itself then propagating)."""
+        given = sys.exc_info()[1] if error is _HANDLED else error
+        propagating = given if isinstance(given, BaseException) else None
+        start = len(self.outcomes)
+        with signals_deferred() as received:
+            for chamber in self.chambers.values():
+                if not self.make_safe:
+                    chamber.close(timeout=LOCK_WAIT_S)
+                    continue
+                outcome = safe_close(chamber, self.safe)
+                self.outcomes.append(outcome)
+                if not outcome.confirmed:
+                    self.warn(f"warning: {outcome.text}")
+            self.chambers = {}
+            self._stack.close()
+        interrupt = KeyboardInterrupt(received[0]) if received and propagating is None else None
+        cause = propagating or interrupt
+        if cause is not None and any(not o.confirmed for o in self.outcomes[start:]):
+            raise SafeStateUnconfirmed(self.outcomes[start:]) from cause
+        if interrupt is not None:  # deferred while the chambers were made safe, not dropped
+            raise interrupt
         return self.outcomes
+
+    @property
+    def unconfirmed(self) -> list[SafeOutcome]:
+        """The outcomes whose safe state was not confirmed by the board's read-back."""
+        return [o for o in self.outcomes if not o.confirmed]
 
     def provenance(self) -> list[dict[str, Any]]:
         """One entry per chamber: kind, port (URL, or "in-process"), emulated, board configuration."""
@@ -131,8 +156,8 @@ class OpenChambers:
     def __enter__(self) -> "OpenChambers":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        self.close(error)
 
 
 def _limits(selection: ChamberSelection) -> OperatorLimits | None:

@@ -2,6 +2,12 @@
 
 Why thin: everything protocol-shaped lives in the bridge; this class only owns the session's lifetime (open,
 reopen after a loss or a halt) and keeps one set of link counters across reconnections.
+
+Reopening the port is also the last resort of `settle`: it resets the board as a power cycle would. A real Mega
+resets on DTR (the Mk1Session pulses it, and opening the USB port does too); the firmware harness powers up a
+fresh board process for every new TCP connection; the emulated board on a pty (simulator/board.py) sees the
+host close and reopen the slave (inotify) and reboots and announces itself, and one on a socket reboots on the
+new connection. Either way numbering restarts and every setting is at its power-on value.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from typing import Any, Callable
 
 import serial
 
-from firmware_bridge.errors import BridgeError, LinkLost
+from chamber.backend import SETTLE_TIMEOUT_S, Settled
+from firmware_bridge.errors import BridgeError, FirmwareError, LinkLost
 from firmware_bridge.rows import RowBlock
 from firmware_bridge.segments import LinkCounters
 from firmware_bridge.session import BootInfo, Mk1Session, Timing
@@ -57,6 +64,23 @@ class SerialBackend:
             except BridgeError as exc:
                 log.info("RST failed (%s); reopening the port", exc)
         return self.connect()
+
+    def settle(self, timeout: float = SETTLE_TIMEOUT_S) -> Settled:
+        """Finish the exchange an interrupt cut short (Mk1Session.settle) within `timeout` seconds; if that cannot
+        be done (the rows still owed need longer, the board stays silent, the link broke), reset the board by
+        reopening the port. FirmwareError (a halted board) is left to the caller, which resets it."""
+        session = self._session
+        if session is not None and session.link.broken is None:
+            if session.in_flight is None and session.link.unacknowledged is None:
+                return Settled("idle")
+            try:
+                return Settled("finished", session.settle(session.link.now() + timeout))
+            except FirmwareError:
+                raise
+            except LinkLost as exc:
+                log.warning("could not finish the exchange in flight on %s (%s); resetting the board by reopening "
+                            "the port", self.url, exc)
+        return Settled("reset", self.connect())
 
     def close(self) -> None:
         if self._session is not None:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from chamber.backend import Settled
 from firmware_bridge.errors import FirmwareError
 from firmware_bridge.messages import format_msr, format_set, parse_config, parse_msr_reply, parse_set_reply, parse_variables
 from firmware_bridge.packets import check_message_fits
@@ -66,6 +67,10 @@ class SimBackend:
 
     def reset(self) -> BootInfo:
         return self.connect()
+
+    def settle(self, timeout: float) -> Settled:
+        """Nothing to settle: a command here is one function call, never half done on a wire."""
+        return Settled("idle")
 
     def close(self) -> None:
         pass

@@ -3,15 +3,20 @@
 Why a flag and not an exception: a protocol run must stop *between* rows, keep every row received, leave the
 chamber in its safe state and still print its summary. An exception raised inside a half-read MSR would lose
 the rows in flight and could leave the link mid-packet. The first signal sets the flag; a second one (the
-operator insists) raises KeyboardInterrupt at once, and the exit paths still apply the safe state.
+operator insists) raises KeyboardInterrupt at once, and the exit paths still apply the safe state. While they
+do, further signals wait (`signals_deferred`): a Ctrl-C must not cut short the very step that makes the chamber
+safe.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -74,3 +79,33 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+_deferring = threading.local()
+
+
+@contextmanager
+def signals_deferred(what: str = "the chamber is being made safe") -> Iterator[list[str]]:
+    """While inside (main thread): SIGINT and SIGTERM are recorded instead of raised, so the safe state is not cut
+    short the way the command was; the first one logs one line saying `what` is finishing first. Yields the list
+    of signal names received; the caller decides what they mean once done (a stop). Nested use defers to the
+    outermost. Elsewhere (no signals there) it only yields the empty list."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread() or getattr(_deferring, "active", False):
+        yield received
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if not received:
+            log.warning("%s received: %s first; it ends within its time bound", name, what)
+        received.append(name)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    _deferring.active = True
+    try:
+        yield received
+    finally:
+        _deferring.active = False
+        for s, old in previous.items():
+            signal.signal(s, old)

@@ -7,12 +7,15 @@ writing a driver test against the emulated board.
 
 from __future__ import annotations
 
+import signal
 from typing import Any, Callable
 
 import numpy as np
 import serial
 
 from firmware_bridge.link import RESEND_AFTER_S
+from firmware_bridge.packets import PacketSplitter, decode_body
+from firmware_bridge.segments import Segment, decode_segment
 from firmware_bridge.session import Timing
 from firmware_bridge.variables import Kind, Layout, layout_for
 
@@ -81,3 +84,63 @@ class CountingModel:
 
     def expected(self, start: int, n: int, column: int) -> np.ndarray:
         return 1000.0 * column + np.arange(start, start + n, dtype=np.float64)
+
+
+class InterruptingPort:
+    """A real pyserial port that raises KeyboardInterrupt in the read that brings a chosen segment from the board
+    (`arm(when)`: `when(segment)` is true for it: a reply, the n-th row, the ACK of our command), as Ctrl-C would
+    between a read and its processing: the bytes of that read are lost to the host, as they would be then.
+    `arm(when, signum)` instead raises that signal in the process (signal.raise_signal), so whatever handler is
+    installed decides. Conditions armed one after another fire in turn. Deterministic: it fires on what arrives,
+    not on timing. Wrap a live link's port (`link.port = InterruptingPort(link.port)`)."""
+
+    def __init__(self, port: Any):
+        self._port = port
+        self._armed: list[tuple[Callable[[Segment], bool], int | None]] = []
+        self._splitter = PacketSplitter()
+        self.fired = 0
+
+    def arm(self, when: Callable[[Segment], bool], signum: int | None = None) -> None:
+        if not self._armed:
+            self._splitter = PacketSplitter()
+        self._armed.append((when, signum))
+
+    def read(self, size: int = 1) -> bytes:
+        data = self._port.read(size)
+        if self._armed and data:
+            for body in self._splitter.feed(data).bodies:
+                raw = decode_body(body)
+                segment = decode_segment(raw) if raw is not None else None
+                if segment is None or not self._armed or not self._armed[0][0](segment):
+                    continue
+                _, signum = self._armed.pop(0)
+                self.fired += 1
+                if signum is None:
+                    raise KeyboardInterrupt("interrupted as the armed segment arrived (test)")
+                signal.raise_signal(signum)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._port, name)
+
+
+def nth_row(n: int, row_bytes: int) -> Callable[[Segment], bool]:
+    """An `InterruptingPort.arm` condition: the n-th row (1-based) of the MSR in flight."""
+    seen = [0]
+
+    def when(segment: Segment) -> bool:
+        is_row = not segment.is_ack and len(segment.data) == row_bytes
+        seen[0] += is_row
+        return is_row and seen[0] == n
+
+    return when
+
+
+def reply(prefix: bytes) -> Callable[[Segment], bool]:
+    """An `InterruptingPort.arm` condition: the board's text message starting with `prefix` (b"OK,SET,")."""
+    return lambda segment: not segment.is_ack and segment.data.startswith(prefix)
+
+
+def ack_of_ours() -> Callable[[Segment], bool]:
+    """An `InterruptingPort.arm` condition: the board's ACK of our command (the command stays unacknowledged)."""
+    return lambda segment: segment.is_ack

@@ -89,3 +89,26 @@ class FrameRejected(BridgeError):
         self.expected = expected
         self.received = received
         super().__init__(f"frame rejected: {what}: expected {expected}, received {received}")
+
+
+class NoBoardAnswered(LinkLost):
+    """Nothing that speaks Mk1 answered on a port (no announcement, no ACK of our RST): the wrong port, a board
+    that is off, or another device. Says how long it waited and whether bytes that were not Mk1 arrived."""
+
+    def __init__(self, port: str, waited_s: float, foreign_bytes: int = 0):
+        self.port = port
+        self.waited_s = waited_s
+        self.foreign_bytes = foreign_bytes
+        heard = (f"{foreign_bytes} byte(s) arrived, none of them a Mk1 packet" if foreign_bytes
+                 else "nothing arrived")
+        message = f"no Mk1 board answered on {port} within {waited_s:.1f} s ({heard})"
+        super().__init__(message)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class SettleTimeout(LinkLost):
+    """The exchange in flight could not be finished in the time given (the board keeps streaming, or is silent);
+    the caller resets the board (reopens the port)."""

@@ -112,7 +112,8 @@ class Link:
         self.max_resends = max_resends
         self._srtt: float | None = None  # smoothed ACK delay and its variation (RFC 6298), from unresent segments
         self._rttvar = 0.0
-        self._pending: int | None = None
+        self._pending: int | None = None  # the sequence number of our data segment awaiting its ACK
+        self._pending_packet = b""  # ... and its packet, kept until ACKed: `deliver_pending` may have to resend it
         self._last_acked: int | None = None
         self._acked_at = float("-inf")
         self.broken: LinkLost | None = None
@@ -129,8 +130,15 @@ class Link:
         self.inbox.clear()
         self.queued = 0
         self._pending = None
+        self._pending_packet = b""
         self._last_acked = None
         self.reboot_seen = False
+
+    def restart_splitter(self) -> None:
+        """Forget any packet the last read cut in two. Why: an interrupt between a read and its processing loses
+        bytes, and the splitter would glue what follows onto a stale head; the board resends whatever we did not
+        ACK, and a packet cut here reads as out-of-frame bytes."""
+        self.splitter = PacketSplitter()
 
     # ------------------------------------------------------------------ sending
     def set_resend_floor(self, seconds: float) -> None:
@@ -144,14 +152,18 @@ class Link:
         `patience`, once that many seconds have passed (a board that is still booting)."""
         self._check_usable()
         check_message_fits(data, what)
-        seq, segment = self.endpoint.data_segment(data)
-        packet = encode_packet(segment)
+        if self._pending is not None:  # an interrupted send: its number is spent, the board waits for it
+            raise LinkLost(f"segment {self._pending} is still unacknowledged; settle the exchange in flight first")
         clock = self._clock
         while (quiet := self._acked_at + QUIET_AFTER_ACK_S - clock()) > 0:
             self.pump(quiet)
+        # numbered only now (an interrupt in the quiet wait spends no number), and remembered at once: from here on
+        # the board expects this segment and no other, so it must be delivered even if we are interrupted
+        seq, segment = self.endpoint.data_segment(data)
+        self._pending_packet = packet = encode_packet(segment)
+        self._pending = seq
         self._write(packet)
         self.counters.segments_sent += 1
-        self._pending = seq
         resends = 0
         sent_at = clock()
         give_up = sent_at + patience if patience is not None else None
@@ -172,6 +184,34 @@ class Link:
             self.pump(remaining)
         if resends == 0:  # Karn's rule: only an unresent segment tells how late this board's ACKs come
             self._learn_ack_delay(clock() - sent_at)
+
+    def now(self) -> float:
+        """The link's clock (deadlines given to `deliver_pending` and Mk1Session.settle are on it)."""
+        return self._clock()
+
+    @property
+    def unacknowledged(self) -> int | None:
+        """The sequence number of our data segment still awaiting its ACK (an interrupted send), else None."""
+        return self._pending
+
+    def deliver_pending(self, deadline: float) -> bool:
+        """Resend our unacknowledged segment (an interrupted `send`) until the board ACKs it or `deadline` (on the
+        link's clock) passes; bytes that arrive meanwhile are processed as usual (rows are ACKed and queued). Why
+        resend rather than drop: its sequence number is spent, and the board accepts no later one until it has this
+        one. A board inside an MSR ignores it until OK,DONE (it reads only ACKs then), so this may take as long as
+        the rows it still owes. True once ACKed (or nothing was pending)."""
+        clock = self._clock
+        while self._pending is not None:
+            remaining = deadline - clock()
+            if remaining <= 0:
+                return False
+            self._write(self._pending_packet)
+            self.counters.resends += 1
+            self.counters.segments_sent += 1
+            wait_until = min(deadline, clock() + self.resend_after)
+            while self._pending is not None and (left := wait_until - clock()) > 0:
+                self.pump(left)
+        return True
 
     def _learn_ack_delay(self, delay: float) -> None:
         if self._srtt is None:

@@ -15,7 +15,8 @@ from typing import Any, Callable
 import numpy as np
 import serial
 
-from firmware_bridge.errors import BoardRebooted, FrameRejected, LinkLost, ProtocolError
+from firmware_bridge.errors import (BoardRebooted, BridgeError, FrameRejected, LinkLost, NoBoardAnswered, ProtocolError,
+                                    SettleTimeout)
 from firmware_bridge.link import RESEND_AFTER_S, Delivery, Link, ReplyTimeout
 from firmware_bridge.messages import (
     CHAMBER_CONFIG,
@@ -60,14 +61,19 @@ class BoardPace:
     - `stall_s`: the longest silence between rows of an MSR before the link counts as lost. It must outlast the
       firmware's own give-up, so that its error report arrives first: a hung Si1151 is polled 2 x 10000 times
       (~8 s) before `<ERR,er08,...>`; a camera row takes ~1.5 s.
+    - `row_s`: the time one MSR row takes on this board, with a margin (wind tunnel ~7 rows/s: four 24 ms
+      barometer reads and five 5 ms ADC settles; light tunnel ~12.4 rows/s: three 12.5 ms light readings), to
+      budget the rows an interrupted MSR still owes (`Mk1Session.settle_estimate`).
     """
 
     resend_s: float
     stall_s: float
+    row_s: float = 0.2
 
 
-BOARD_PACE = {"wt": BoardPace(resend_s=0.3, stall_s=3.0), "lt": BoardPace(resend_s=RESEND_AFTER_S, stall_s=12.0)}
-UNKNOWN_PACE = BoardPace(resend_s=0.3, stall_s=12.0)
+BOARD_PACE = {"wt": BoardPace(resend_s=0.3, stall_s=3.0, row_s=0.2),
+              "lt": BoardPace(resend_s=RESEND_AFTER_S, stall_s=12.0, row_s=0.12)}
+UNKNOWN_PACE = BoardPace(resend_s=0.3, stall_s=12.0, row_s=0.2)
 """Before the announcement says which chamber this is (and for a board we do not know): the slower of both."""
 
 
@@ -84,6 +90,21 @@ class Timing:
     resend_after: float | None = None  # first resend interval for our segments (then adapted to the ACK delays seen)
     max_resends: int = 10
     dtr_pulse: float = 0.05
+
+
+@dataclass
+class Exchange:
+    """The command in flight and what the board still owes for it. Kept when anything (KeyboardInterrupt
+    included) escapes mid-exchange, so that `Mk1Session.settle` can finish it the way the firmware expects.
+
+    `stage`: "reply" (the command's segment may still await its ACK, then OK,SET / OK,MSR / OK,RST is owed),
+    "rows" (MSR: `rows_left` rows, then OK,DONE), "done" (MSR: only OK,DONE), "boot" (RST: the announcement)."""
+
+    command: str  # "SET", "MSR" or "RST"
+    text: str
+    stage: str = "reply"
+    rows_left: int = 0
+    motion_s: float = 0.0  # motor movement the reply waits for (SET of a motor, RST)
 
 
 def open_port(url: str, *, port_factory: Callable[..., Any] = serial.serial_for_url) -> Any:
@@ -115,6 +136,7 @@ class Mk1Session:
         self.boot: BootInfo | None = None
         self.checker: RowChecker | None = None
         self.motors = MotorPositions()
+        self.in_flight: Exchange | None = None
 
     @classmethod
     def connect(cls, url: str, *, timing: Timing = Timing(), counters: LinkCounters | None = None,
@@ -123,15 +145,29 @@ class Mk1Session:
         port = open_port(url, port_factory=port_factory)
         session = cls(port, timing=timing, counters=counters, **kwargs)
         try:
-            session.start()
+            session.start(where=url)
         except BaseException:
             session.close()
             raise
         return session
 
     # ------------------------------------------------------------------ boot
-    def start(self) -> BootInfo:
-        """Reset the board by DTR where the port has modem lines, then await the announcement; RST as fallback."""
+    def start(self, where: str = "") -> BootInfo:
+        """Reset the board by DTR where the port has modem lines, then await the announcement; RST as fallback.
+        NoBoardAnswered (naming `where`, the port) when nothing Mk1 arrived in all that time."""
+        clock = self.link._clock
+        began = clock()
+        heard = self.counters.bytes_received, self.counters.segments_received
+        try:
+            return self._start()
+        except ReplyTimeout as exc:
+            if self.counters.segments_received != heard[1]:
+                raise  # a segment with a valid CRC arrived: a Mk1 board that answered and then stopped
+            foreign = self.counters.bytes_received - heard[0]
+            raise NoBoardAnswered(where or str(getattr(self.link.port, "port", "the port")), clock() - began,
+                                  foreign) from exc
+
+    def _start(self) -> BootInfo:
         dtr_worked = self._pulse_dtr()
         try:
             self.link.port.reset_input_buffer()
@@ -185,8 +221,11 @@ class Mk1Session:
     def set(self, target: str, value: float) -> float:
         """SET one variable (already validated by the caller); returns the value the board echoed."""
         text = format_set(target, value)
-        self.link.send(text.encode("ascii"), text)
-        reply = self._text_reply(self.motors.seconds_to(target, value))
+        motion = self.motors.seconds_to(target, value)
+        self._begin(Exchange("SET", text, motion_s=motion))
+        self._send(text)
+        reply = self._text_reply(motion)
+        self.in_flight = None  # the exchange is over on the wire, whatever the reply says
         echoed = parse_set_reply(reply, target).value
         self.motors.moved(target, value)
         return echoed
@@ -196,8 +235,11 @@ class Mk1Session:
         if self.checker is None:
             raise ProtocolError("a boot announcement before MSR", "none")
         text = format_msr(n, delay)
-        self.link.send(text.encode("ascii"), text)
-        parse_msr_reply(self._text_reply(), n)
+        exchange = self._begin(Exchange("MSR", text, rows_left=n))
+        self._send(text)
+        reply = self._text_reply()
+        exchange.stage = "rows"
+        parse_msr_reply(reply, n)
         link = self.link
         runs: list[Delivery] = []  # rows as the link delivered them (runs of rows, not one object per row)
         got = 0
@@ -219,7 +261,10 @@ class Mk1Session:
             for item in link.take(n - got):
                 runs.append(item)
                 got += item.count
+                exchange.rows_left -= item.count
+        exchange.stage = "done"
         done = self._text_reply()
+        self.in_flight = None
         if done != OK_DONE:
             raise ProtocolError(f"'{OK_DONE}' after {n} rows", done)
         try:
@@ -235,8 +280,9 @@ class Mk1Session:
         before giving up (default: the link's resend budget)."""
         clock = self.link._clock
         started = clock()
-        self.link.send(RST.encode("ascii"), RST, patience=patience)
         motion = self.motors.seconds_home()
+        exchange = self._begin(Exchange("RST", RST, motion_s=motion))
+        self._send(RST, patience=patience)
         boot_wait = self.timing.boot_timeout
         while True:
             reply = self._text_reply(motion)
@@ -248,7 +294,125 @@ class Mk1Session:
             # It booted slower than boot_timeout once; give its reboot the time it showed, with a margin.
             boot_wait = max(boot_wait, 1.5 * (clock() - started + self.timing.boot_timeout))
         self.link.restart_numbering()
-        return self.await_boot(boot_wait)
+        exchange.stage = "boot"
+        boot = self.await_boot(boot_wait)
+        self.in_flight = None
+        return boot
+
+    # ------------------------------------------------------------------ an interrupted exchange
+    def _begin(self, exchange: Exchange) -> Exchange:
+        """Record `exchange` as the one in flight; refused (nothing sent) while an interrupted one is unsettled."""
+        self.link._check_usable()  # a halted board or a lost link says so first
+        if self.in_flight is not None or self.link.unacknowledged is not None:
+            what = self.in_flight.text if self.in_flight is not None else f"segment {self.link.unacknowledged}"
+            raise LinkLost(f"expected the interrupted {what!r} to be settled before {exchange.text!r}; "
+                           "nothing was sent")
+        self.in_flight = exchange
+        return exchange
+
+    def _send(self, text: str, *, patience: float | None = None) -> None:
+        """Send the command of the exchange in flight. A refusal before anything was numbered (PacketTooLong, a
+        halted board) or after the ACK leaves nothing owed, so the record goes; an interrupt keeps it."""
+        try:
+            self.link.send(text.encode("ascii"), text, patience=patience)
+        except BridgeError:
+            if self.link.unacknowledged is None and self.link.halted is None:
+                self.in_flight = None
+            raise
+
+    def settle_estimate(self) -> float:
+        """Seconds the exchange in flight may still take on this board (0: none): the ACK of our segment, the
+        reply (with motion), the rows an MSR still owes at this board's row period (BOARD_PACE), a reboot."""
+        exchange = self.in_flight
+        if exchange is None and self.link.unacknowledged is None:
+            return 0.0
+        seconds = 3 * self.link.resend_after + self.timing.reply_timeout
+        if exchange is not None:
+            seconds += 1.25 * exchange.motion_s + exchange.rows_left * self.pace.row_s
+            if exchange.command == "RST":
+                seconds += self.timing.boot_timeout
+        return seconds
+
+    def settle(self, deadline: float) -> BootInfo | None:
+        """Finish the exchange in flight the way the firmware accepts it, by `deadline` (on the link's clock).
+
+        Why: an exchange cut short (KeyboardInterrupt in a read) leaves the board owing us a reply or rows, or
+        waiting for our segment; the next command would read the old reply as its own, or be ignored by a board
+        still inside an MSR (send_data() reads only ACKs until OK,DONE). So: start the packet splitter afresh (the
+        board resends what we did not ACK), resend our unacknowledged segment until ACKed (its sequence number is
+        spent), ACK and discard the rows still owed, read and discard the owed reply (OK,SET / OK,DONE / OK,RST and
+        the reboot announcement). SettleTimeout when the estimate does not fit before `deadline` or the board does
+        not finish in time: the caller then resets the board (reopens the port). The estimate (settle_estimate,
+        margins included) also bounds the wait, so a silent board costs no more than a working one would take.
+        Returns the fresh announcement when the exchange was an RST (the board rebooted: settings are gone)."""
+        link = self.link
+        link.restart_splitter()
+        exchange = self.in_flight
+        if exchange is None and link.unacknowledged is None:
+            return None
+        clock = link._clock
+        what = exchange.text if exchange is not None else f"segment {link.unacknowledged}"
+        need = self.settle_estimate()
+        if clock() + need > deadline:
+            raise SettleTimeout(f"expected to finish the {what!r} in flight within {max(deadline - clock(), 0):.1f} s, "
+                                f"it needs about {need:.1f} s")
+        deadline = clock() + need
+        seq = link.unacknowledged
+        if not link.deliver_pending(deadline):
+            raise SettleTimeout(f"expected an ACK of segment {seq} ({what!r}) within {need:.1f} s, received none")
+        if exchange is not None:
+            self._finish(exchange, deadline)
+        self.in_flight = None
+        log.info("settled the interrupted %r", what)
+        return self.boot if exchange is not None and exchange.command == "RST" else None
+
+    def _finish(self, exchange: Exchange, deadline: float) -> None:
+        """Read and discard what the board still owes for `exchange` (its segment is ACKed)."""
+        link = self.link
+        clock = link._clock
+        last_row: Delivery | None = None
+        row_bytes = self.checker.row_bytes if self.checker is not None else -1
+        while True:
+            if exchange.stage == "boot":
+                try:
+                    self.await_boot(max(deadline - clock(), 0.0))
+                except ReplyTimeout as exc:
+                    raise SettleTimeout(f"expected the board's announcement after OK,RST by the deadline: "
+                                        f"{exc.reason}") from exc
+                return
+            if link.reboot_seen and exchange.command != "RST":
+                raise BoardRebooted(f"the board rebooted while {exchange.text!r} was being settled")
+            if not link.queued:
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    raise SettleTimeout(f"expected the rest of {exchange.text!r} ({exchange.stage}, "
+                                        f"{exchange.rows_left} row(s) left) by the deadline, received no more")
+                link.pump(remaining)
+                continue
+            item = link.take(max(1, exchange.rows_left) if exchange.stage == "rows" else 1)[0]
+            data = item.data
+            if item.count > 1 or (exchange.command == "MSR" and item.size == row_bytes and data != OK_DONE.encode()):
+                exchange.rows_left -= item.count
+                last_row = item
+                continue
+            text = data.decode("ascii", errors="replace")
+            if exchange.command == "SET" and text.startswith("OK,SET,"):
+                return
+            if exchange.command == "MSR" and text == OK_DONE:
+                assert self.checker is not None
+                if last_row is not None:
+                    self._resync([last_row])
+                else:  # the rows were taken before the interrupt and never checked: continue from any counter
+                    self.checker = RowChecker(self.checker.width, first_counter=None)
+                return
+            if exchange.command == "MSR" and text.startswith("OK,MSR,"):
+                exchange.stage = "rows"
+                continue
+            if exchange.command == "RST" and text == OK_RST:
+                link.restart_numbering()
+                exchange.stage = "boot"
+                continue
+            log.debug("discarding %r while settling %r", text[:40], exchange.text)
 
     def _text_reply(self, motion_s: float = 0.0) -> str:
         """The next text message; the timeout allows for `motion_s` of motor movement first (+25 % margin)."""

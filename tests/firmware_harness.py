@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -38,6 +39,21 @@ def build_harness(build_dir: Path) -> Path:
 @contextmanager
 def real_board(build_dir: Path, chamber: str, *, log_path: Path | None = None, **env: str) -> Iterator[str]:
     """Serve one real firmware on 127.0.0.1; yields its socket:// URL. `env`: FW_TIME_SCALE, FW_FAULT, FW_SEED..."""
+    with served_board(build_dir, chamber, log_path=log_path, **env) as board:
+        yield board.url
+
+
+@dataclass(frozen=True)
+class ServedBoard:
+    """A real firmware being served: its socket:// URL and the harness process (kill it to pull the plug)."""
+
+    url: str
+    process: subprocess.Popen
+
+
+@contextmanager
+def served_board(build_dir: Path, chamber: str, *, log_path: Path | None = None, **env: str) -> Iterator[ServedBoard]:
+    """As real_board, also giving the harness process: a test can end the board as a pulled cable would."""
     binary = build_dir / CHAMBERS[chamber]
     environment = {**os.environ, **{k: str(v) for k, v in env.items()}}
     log = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL
@@ -50,7 +66,7 @@ def real_board(build_dir: Path, chamber: str, *, log_path: Path | None = None, *
         url = process.stdout.readline().decode().strip()
         if not url.startswith("socket://"):
             raise RuntimeError(f"expected the harness to print socket://HOST:PORT first, received {url!r}")
-        yield url
+        yield ServedBoard(url, process)
     finally:
         process.terminate()
         try:
