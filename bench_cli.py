@@ -2,9 +2,9 @@
 """chamberlab's one command line: parses arguments, calls one library function per command, renders text or JSON.
 
 Every subcommand takes `--json` and then prints exactly one JSON object on stdout. Errors go to stderr as
-`error: <Type>: <message>` (or a JSON object `{"error": {"type", "message"}}` with --json) and exit code 2, so
-scripts can tell a refused request from a crash. Subsystems are imported inside the command functions so that
-`--help` stays fast and a broken optional layer cannot stop the others from working.
+`error: <Type>: <message>` (or `{"error": {"type", "message"}}` with --json). Exit codes (protocols/exit_codes.py):
+0 all done, 1 done short of what was asked, 2 refused or failed, 3 a safe state unconfirmed, 130 interrupted.
+Subsystems are imported in the command functions: `--help` stays fast, a broken optional layer stops no other.
 
 The work lives below, one job per command beside the text rendering of its result (commands() names each):
 chamber/operator.py, protocols/{sim_job,check_job,serve_job}.py, agent/{datasheet_job,extract_job,main_job,
@@ -78,7 +78,7 @@ def whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
                    f"a whole number {minimum}..{maximum}" if maximum is not None else f"a whole number >= {minimum}")
 
 
-POSITIVE, TCP_PORT = whole(1), whole(0, 65535)
+POSITIVE, TCP_PORT, SEED = whole(1), whole(0, 65535), whole(0)
 seconds = checked(float, lambda v: math.isfinite(v) and v > 0, "seconds > 0 (finite)")
 decimal_value = checked(Decimal, lambda v: v.is_finite() and (v == 0 or -50 <= v.adjusted() < 50),
                         "a finite decimal number of magnitude 1e-50..1e50", text_kept=True)
@@ -110,14 +110,14 @@ def opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return flags, kw
 
 
-SIM, CLAIMS = "(sim backend)", "a claim file or folder of them (repeatable; default: the packaged claims)"
+SIM, CLAIMS = "(sim backend)", "a claim file or folder of them (repeatable; default: packaged + chamber-part claims)"
 OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "board": [  # chamber info|measure|run|shell: one chamber, serial or in-process
         opt("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port"),
         opt("--backend", choices=["serial", "sim"], default="serial",
             help="serial: the board at --port (default); sim: the simulator in this process"),
         opt("--chamber", choices=["wt", "lt"], default="wt", help=SIM), opt("--config", default="standard", help=SIM),
-        opt("--seed", type=int, default=0, help=SIM), opt("--params", type=Path, help=f"{SIM} YAML/JSON parameters"),
+        opt("--seed", type=SEED, default=0, help=SIM), opt("--params", type=Path, help=f"{SIM} YAML/JSON parameters"),
         opt("--limits", type=Path, help="operator limits file (YAML or JSON)"),
         opt("--boot-timeout", type=seconds, default=6.0, help="seconds to wait for the board's announcement")],
     "bench": [  # the board commands that change something
@@ -130,7 +130,7 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             help="sim: in-process simulator of both chambers (default when no --port is given)"),
         opt("--port", action="append", default=None, metavar="URL",
             help="pyserial URL of a chamber (device path, pty, socket://); repeat for wind + light tunnel"),
-        opt("--seed", type=int, default=0, help="simulator seed (with --backend sim)"),
+        opt("--seed", type=SEED, default=0, help="simulator seed (with --backend sim)"),
         opt("--params", default=None, help="simulator parameter file, YAML or JSON (with --backend sim)"),
         opt("--limits", default=None, help="operator limits file (YAML/JSON) enforced by the driver"),
         opt("--station", default=None, metavar="STATION_FILE",
@@ -151,18 +151,19 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         opt("--prices", type=Path, default=None, help="price table (JSON/YAML) for cost per cell")],
     "pdf": [opt("pdf", type=Path, help="the datasheet PDF")],
     "page": [opt("page", type=POSITIVE, help="page number (1-based)")],
-    "runs-dir": [opt("--runs-dir", type=Path, default=PROJECT_ROOT / "runs", help="the runs folder (default ./runs)")],
+    "runs-dir": [opt("--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)")],
 }
 
 
 def claims_from_args(args: Args, ids: bool = False) -> tuple[dict[str, Any], list[str] | None]:
-    """The claims a command grades (checked: known part, datasheet SHA-256, declared protocols) and the ids selected."""
-    from protocols.claim_sources import load_checked_claims, split_claims_args
+    """The claims a command grades (checked: part, datasheet SHA-256, protocols), the ids selected; no files given:
+    the one pool `run` grades (the packaged and the chamber-parts claims), so every command knows the same ids."""
+    from protocols.claim_sources import load_main_job_claims, split_claims_args
 
     paths, selected = split_claims_args(getattr(args, "claims", None))
     if selected is not None and not ids:
         raise CliError(f"--claims: expected a claim file or folder, got {', '.join(selected)} (no such path)")
-    return load_checked_claims(paths), selected
+    return load_main_job_claims(paths), selected
 
 
 def serve_token(a: Args) -> str | None:
@@ -190,22 +191,22 @@ def bind(target: str, a: Args, **extra: Any) -> Any:
 
 
 def job(target: str, render: str | Callable[[Args, dict[str, Any]], str | None] | None = None,
-        code: Callable[[dict[str, Any]], int] = lambda d: 0, refuse: Callable[[Args], str | None] = lambda a: None,
+        code: Callable[[dict[str, Any]], int] | None = None, refuse: Callable[[Args], str | None] = lambda a: None,
         **computed: str | Callable[[Args], Any]) -> Callable[[Args], int]:
     """A command that is one library call, bound by name (bind); a `computed` value is a function of the parsed
     options or another `module:function` bound the same way. The result is shown with `render` (a function of
-    the job's module, or of (args, result)), the exit code is `code(result)`; `refuse` names a combination of
-    options the command refuses (CliError) before the call. A job returning None (a server that ran until
-    stopped) prints nothing more."""
+    the job's module, or of (args, result)), the exit code is `code(result)` (default: protocols.exit_codes's
+    rule on the result); `refuse` names a combination of options the command refuses (CliError) before the call.
+    A job returning None or a bare exit code (a server that ran until stopped) prints nothing more."""
     def handler(a: Args) -> int:
         if (why := refuse(a)) is not None:
             raise CliError(why)
         data = bind(target, a, **{k: bind(f, a) if isinstance(f, str) else f(a) for k, f in computed.items()})
-        if data is None:
-            return 0
+        if not isinstance(data, dict):
+            return int(data or 0)
         text = getattr(lib(target.split(":")[0]), render) if isinstance(render, str) else (
             (lambda d: render(a, d)) if render else None)
-        return show(a, data, text, code(data))
+        return show(a, data, text, (code or lib("protocols.exit_codes").exit_code)(data))
     handler.bound = {target: set(computed), **{f: set() for f in computed.values() if isinstance(f, str)}}
     return handler
 
@@ -218,13 +219,15 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
 
     board_of, lab_of = "chamber.operator:board_selection", "protocols.check_job:lab_selection"  # chambers of a command
     ds, claims, flag = "agent.datasheet_job", lambda a: claims_from_args(a)[0], {"action": "store_true"}
+    run_pool = lambda a: claims_from_args(a)[0] if a.claims else None  # noqa: E731 - None: the run's claim_pool.json
     sheets = lambda a: getattr(a, "datasheets", None) or shared_dir() / "datasheets"  # noqa: E731
     listed = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    done = lambda d, **kw: lib("protocols.exit_codes").exit_code(d, **kw)  # noqa: E731  (the one exit-code rule)
     rows = opt("--rows", type=POSITIVE, default=200, help="rows per measurement (default 200)")
     claim_id, out = opt("claim_id", help="claim id (see protocols/data/claims/)"), opt("-o", "--output", type=Path)
     return [
         ("run", "the main job: chambers, calibration, all checks, the sweep, the agent, scores, report",
-         job("agent.main_job:run_main_job", "summary_text", lambda d: 130 if d.get("interrupted") else 0,
+         job("agent.main_job:run_main_job", "summary_text",
              job=lambda a: lib("agent.main_job").MainJob.pick({**vars(a), "datasheets_dir": sheets(a)}),
              progress=lambda a: lib("protocols.lab_job").TextProgress(sys.stderr)), [
             opt("--port", action="append", metavar="URL", help="real chamber(s) instead of the emulated boards "
@@ -232,7 +235,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)"),
             opt("--resume", type=Path, help="resume this run directory (finished cells kept)"),
             opt("--new", **flag, help="start a new run even if the last one was interrupted (default: resume it)"),
-            opt("--seed", type=int, default=0, help="seed of the emulated boards"),
+            opt("--seed", type=SEED, default=0, help="seed of the emulated boards"),
             opt("--no-agent", **flag, help="skip the agent (chamber part only)"),
             opt("--station", metavar="STATION_FILE", help="lab instruments to grade with as well (default with "
                 "emulated boards: the simulated station)"),
@@ -266,7 +269,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--config", default="standard", help="board configuration (wt: standard|pressure-control)"),
             opt("--transport", choices=["pty", "tcp"], default="pty",
                 help="pty: a pseudo-terminal path; tcp: socket://HOST:PORT (default pty)"),
-            opt("--seed", type=int, default=0, help="simulator seed (default 0)"),
+            opt("--seed", type=SEED, default=0, help="simulator seed (default 0)"),
             opt("--params", type=Path, help="YAML/JSON file of physics parameters"),
             opt("--pace", choices=["real", "fast"], default="real", help="real: the real board's boot, row, motor "
                 "and ACK timings (default); fast: no time for anything, for tests (simulator/board_protocol.py)"),
@@ -285,21 +288,19 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
          job("chamber.operator:info_job", "info_text", selection=board_of), ["board"]),
         ("chamber measure", "apply settings, then measure N checked rows",
          job("chamber.operator:measure_command", lambda a, d: lib("chamber.operator").measure_text(d, a.n, say),
-             lambda d: 130 if d["interrupted"] else 0,
              selection=board_of, assignments=lambda a: a.set,
              on_progress=lambda a: lib("chamber.operator").RowMeter("measure", sys.stderr)), [
             opt("-n", type=POSITIVE, required=True, help="number of rows"), "board", "bench",
             opt("--set", action="append", metavar="VAR=VALUE", help="a setting applied before measuring")]),
         ("chamber run", "run an experiment protocol file (the chamber authors' language) into a CSV",
          job("chamber.operator:protocol_command", "protocol_text",
-             lambda d: 2 if d.get("error") else 130 if d.get("interrupted") else 0,
+             lambda d: done(d, failed=bool(d.get("error"))),
              selection=lambda a: None if a.validate_only else bind(board_of, a),
              stdin=lambda a: sys.stdin, prompt_to=lambda a: sys.stderr,
              on_progress=lambda a: lib("chamber.operator").RowMeter(a.protocol.stem, sys.stderr)), [
             opt("protocol", type=Path, help="protocol file: SET/MSR/WAIT/WAIT_INPUT/RST lines, # comments"),
             opt(*out[0], **out[1], help="CSV to write (default: <protocol name>_<UTC time>.csv here)"),
-            opt("--validate-only", **flag,
-                help="check the protocol against the catalogue of --chamber/--config (and --limits) offline"),
+            opt("--validate-only", **flag, help="every check of the real run, offline (--chamber/--config, --limits)"),
             "board", "bench"]),
         ("chamber shell", "an interactive SET/MSR/WAIT/RST prompt (checked before sending; Tab completes names)",
          job("chamber.operator:shell_command", lambda a, d: say(lib("chamber.operator").safe_text(
@@ -330,11 +331,11 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
          job(f"{ds}:fetch", "fetch_text", folder=lambda a: a.dir, part=lambda a: None if a.all else a.part,
              refuse=lambda a: "name one PART or give --all" if a.all == (a.part is not None) else None), [
             opt("part", nargs="?", help="part name, e.g. DPS310 (or --all)"),
-            opt("--all", **flag, help="every known datasheet"),
+            opt("--all", **flag, help="every datasheet the job uses (packaged and chamber parts)"),
             opt("--dir", type=Path, default=Path("datasheets"), help="where to keep the PDFs (default ./datasheets)"),
-            opt("--mirror", help="fetch FILE from MIRROR/FILE instead of the recorded URL")]),
+            opt("--mirror", help="folder or URL holding the files (DPS310.pdf or upstream barometer.pdf)")]),
         ("extract", "run the instrumented agent on one claim and write its dispatch record",
-         job("agent.extract_job:extract_job", "extract_text", lambda d: 1 if d["outcome"] == "engine_error" else 0,
+         job("agent.extract_job:extract_job", "extract_text", lambda d: done(d, incomplete=d["outcome"] != "submitted"),
              claims=claims, datasheets_dir=sheets), [
             claim_id, "claims", "phase-two", opt("--model", required=True, help="scripted:<policy> | <anthropic "
                                                  "model id> | openai:<model> | openai-compat:<base_url>#<model>"),
@@ -354,15 +355,14 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
         ("serve", "serve the chamber tools API over HTTP (loopback by default)",
          job("protocols.serve_job:serve_job", token=serve_token, claims=claims, selection=lab_of,
              on_ready=lambda a: lambda d: show(a, d, lib("protocols.serve_job").serve_text)), [
-            opt("--host", default="127.0.0.1",
-                help="bind address (default 127.0.0.1); any non-loopback address needs a bearer token"),
+            opt("--host", default="127.0.0.1", help="bind address (default 127.0.0.1); off loopback needs a token"),
             opt("--listen-port", type=TCP_PORT, default=8765,
                 help="TCP port to listen on (default 8765; 0 = any free port)"), "claims",
             opt("--backend", choices=["sim"], help="sim: in-process simulated chambers (default with no --port)"),
             opt("--port", "--port-url", dest="port", action="append", metavar="URL", help="pyserial URL of a real "
                 "or emulated board (device path, pty, socket://); repeatable (--port-url: the old spelling)"),
             opt("--chamber", choices=["wt", "lt", "both"], default="both", help="(sim) which chambers"),
-            opt("--seed", type=int, default=0, help="(sim) simulator seed"),
+            opt("--seed", type=SEED, default=0, help="(sim) simulator seed"),
             opt("--params", type=Path, help="(sim) simulator parameter file (YAML or JSON)"),
             opt("--limits", type=Path, help="operator limits file (YAML/JSON), enforced by the driver and the server"),
             opt("--record", type=Path, default=Path("records") / "chamber-api",
@@ -380,13 +380,13 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--allowed-host", action="append", default=[], metavar="NAME", help="a Host/Origin name besides "
                 "the loopback ones a tokenless server answers (repeatable; others get 403 forbidden_host)")]),
         ("station check", "open every instrument of a station file and check its *IDN? and certificate",
-         job("protocols.check_job:station_check_job", "station_text", lambda d: 0 if d["ok"] else 1), [
+         job("protocols.check_job:station_check_job", "station_text", lambda d: done(d, incomplete=not d["ok"])), [
             opt("station_file", help="station file (YAML): instruments, rails, positions"),
             opt("--claims", **flag, help="also list which claims the station makes gradable")]),
         ("score", "score dispatch records / run folders / an imported archive offline",
-         job("agent.scoring.offline:score_job", "score_text", datasheets_dir=sheets), [
+         job("agent.scoring.offline:score_job", "score_text", datasheets_dir=sheets, claims=run_pool), [
             opt("paths", nargs="+", type=Path, help="record files (.jsonl), run folders or import-archive output"),
-            "scoring", opt("--no-grounding", **flag, help="skip the source-grounding search"),
+            "claims", "scoring", opt("--no-grounding", **flag, help="skip the source-grounding search"),
             opt("--out", type=Path, help="also write the result here (e.g. RUN_DIR/scores.json)")]),
         ("import-archive", "convert the seed paper's archive so our instruments re-score it",
          job("agent.scoring.archive:import_archive", lambda a, d: f"imported {d['cells']} cells into {a.out}: "
@@ -395,10 +395,11 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--out", type=Path, required=True, help="folder to write the converted cells into")]),
         ("matrix", "run models x claims x repeats x arms (resumable), then score the run folder",
          job("agent.scoring.matrix:matrix_job", "matrix_text",  # engine_error or crashed cells are not results
-             lambda d: 1 if d["run"].get("failures") or d["run"].get("engine_errors") else 0,
+             lambda d: done(d, incomplete=bool(d["run"].get("failures") or d["run"].get("engine_errors"))),
              models=lambda a: listed(a.models), arms=lambda a: listed(a.arms), datasheets_dir=sheets,
              claims=lambda a: claims_from_args(a, ids=True)[0],
-             selected=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[1]), [
+             selected=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[1],
+             claim_sources=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[0]), [
             opt("--models", required=True, help="comma-separated model specs (as for `extract --model`)"),
             "claim-ids", opt("--repeats", type=POSITIVE, default=1, help="cells per model, claim and arm (default 1)"),
             opt("--arms", default="normal", help="comma-separated: normal, withhold-navigation, withhold-crosscheck, "
@@ -408,8 +409,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             "phase-two", opt("--inspect-log", **flag, help="also write OUT/inspect/: one inspect-ai eval log per "
                              "model, every cell a sample")]),
         ("report", "write RUN_DIR/report.md, report.html and figures from what the run folder holds",
-         job("agent.scoring.offline:report_job", "report_text"),
-         [opt("run_dir", type=Path, help="a run folder (run, matrix --out)")]),
+         job("agent.scoring.offline:report_job", "report_text", claims=run_pool),
+         [opt("run_dir", type=Path, help="a run folder (run, matrix --out)"), "claims"]),
     ]
 
 
@@ -455,13 +456,13 @@ def error_text(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def fail(as_json: bool, kind: str, message: str) -> int:
-    """Print a refusal (stderr `error: <type>: <message>`, or one JSON object on stdout with --json); exit code 2."""
+def fail(as_json: bool, kind: str, message: str, code: int = 2) -> int:
+    """Print a refusal (stderr `error: <type>: <message>`, or one JSON object on stdout with --json); exit `code`."""
     if as_json:
         sys.stdout.write(json.dumps({"error": {"type": kind, "message": message}}) + "\n")
     else:
         sys.stderr.write(f"error: {kind}: {message}\n")
-    return 2
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -480,13 +481,16 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_as_interrupt():  # SIGTERM unwinds like Ctrl-C: exit paths apply the safe state
             check_text_files(input_files(vars(args)))  # a missing or undecodable file is named before any work starts
             result = args.handler(args)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
-    except Exception as exc:  # rendered, not swallowed: the type and message tell the user what went wrong
+    except BaseException as exc:  # rendered, not swallowed: the type and message tell the user what went wrong
+        unsafe = isinstance(exc, lib("protocols.exit_codes").unconfirmed_error() or ())  # 3: a chamber may run on
+        if isinstance(exc, KeyboardInterrupt) and not unsafe:
+            sys.stderr.write("interrupted\n")
+            return 130
+        if not (unsafe or isinstance(exc, Exception)):
+            raise
         if args.verbose:
             log.exception("command failed")
-        return fail(getattr(args, "json", False), type(exc).__name__, error_text(exc))
+        return fail(getattr(args, "json", False), type(exc).__name__, error_text(exc), 3 if unsafe else 2)
     return int(result or 0)
 
 

@@ -36,7 +36,8 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: ModelClien
                   progress: JobProgress = Quiet()) -> dict[str, Any]:
     """Run the cells of `claims` (the caller's selection) that print a figure to extract (Source.prints_figure)
     and have a datasheet in `datasheets_dir`,
-    record each in `run_dir/cells` and the index, score them into `run_dir/scores.json`; returns the summary."""
+    record each in `run_dir/cells` and the index, score them into `run_dir/scores.json`; returns the summary
+    (`not_run`: cells of `claims` that print a figure but did not run: no datasheet, or the cell crashed)."""
     import httpx
 
     from agent.chamber_client import ChamberClient
@@ -69,7 +70,9 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: ModelClien
         report = run_cells([PlannedCell(c.id, model_spec) for c in runnable], claims={c.id: c for c in runnable},
                            cells_dir=cells_dir, datasheets_dir=datasheets_dir, client_factory=lambda _spec: model,
                            clock=time.time, sleep=time.sleep, chamber=chamber, index=where, on_cell=said)
+    progress.say(f"scoring: fidelity and the silent-failure detector over {len(runnable)} cells")
     return {"model": model_spec, "cells": len(runnable), "kept_from_earlier": report.counts["kept"],
+            "not_run": len(wanted) - len(runnable) + len(report.failures),
             "outcomes": dict(report.outcomes), "skipped_datasheets": skipped, "no_figure_to_extract": no_figure,
             "phase_two": bool(api_url), **({"failures": report.failures} if report.failures else {}),
             **score_cells(cells_dir, run_dir, claims, datasheets_dir, index=where)}

@@ -51,16 +51,10 @@ def build(pdf: Path, cache_dir: Path | None) -> dict[str, Any]:
 
 def fetch(part: str | None, folder: Path, mirror: str | None, say: Callable[[str], None] = lambda m: None
           ) -> dict[str, Any]:
-    """Download one known datasheet (every one with `part` None) into `folder`, each hash verified."""
-    from agent.datasheet.fetch import fetch_datasheet, httpx_getter, identities
+    """Download one known datasheet (every one the job uses with `part` None) into `folder`, each hash verified."""
+    from agent.datasheet.fetch import fetch_datasheets
 
-    results = []
-    for ident in identities(part):
-        url = f"{mirror.rstrip('/')}/{ident.url.rsplit('/', 1)[-1]}" if mirror else None
-        say(f"fetching {ident.part} ({ident.revision}) from {url or ident.url}")
-        r = fetch_datasheet(ident, folder, httpx_getter(), url=url)
-        results.append({"part": r.part, "path": str(r.path), "sha256": r.sha256, "downloaded": r.downloaded})
-    return {"fetched": results}
+    return fetch_datasheets(part, folder, mirror, say=say)
 
 
 def search_text(d: Mapping[str, Any]) -> str:
@@ -75,4 +69,6 @@ def build_text(d: Mapping[str, Any]) -> str:
 
 
 def fetch_text(d: Mapping[str, Any]) -> str:
-    return "\n".join(f"{x['part']}: {x['path']} (sha256 ok)" for x in d["fetched"])
+    from agent.datasheet.fetch import fetch_text as text
+
+    return text(d)

@@ -61,14 +61,18 @@ def no_datasheets(claims: list[Any], datasheets: Path) -> str | None:
 
 
 def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any]:
-    """Run the main job; returns its summary (also in run_dir/summary.json and the index), with
-    `interrupted: True` when it was stopped."""
+    """Run the main job; returns its summary (also in run_dir/summary.json and the index) with its `status`
+    (protocols.exit_codes.RUN_STATUS: the same as the exit code the CLI derives from it), `interrupted: True`
+    when it was stopped, `incomplete` counts when it ran to its end short of what was asked, and each chamber's
+    `safe_state`. The chambers are opened before the run folder is made: a run whose chambers cannot be opened
+    (an unreachable port) never started, and leaves no folder and no index row."""
     from agent.agent_job import run_agent_job
-    from agent.runfolder import open_run_folder, provenance, utc_now
+    from agent.runfolder import open_run_folder, provenance, resume_folder, utc_now
     from agent.scoring.report import write_report
     from protocols.claim_sources import (CHAMBER_PARTS_DIR, load_checked_claims, load_main_job_claims,
-                                        split_claims_args)
+                                        split_claims_args, write_run_pool)
     from protocols.claims import PACKAGED_DIR
+    from protocols.exit_codes import FAILED, RUN_STATUS, exit_code, outcomes_of
     from protocols.files import write_json_atomic
     from protocols.lab_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
                                    start_chamber_api, start_live_view)
@@ -83,17 +87,24 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     unknown = [c for c in selected or () if c not in pool]
     if unknown:
         raise MainJobRefused(f"--claims: unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(pool))}")
-    claims = list(pool.values())
+    claims = [c for c in pool.values() if selected is None or c.id in selected]  # graded and read: the selection
     sources = [str(p) for p in claim_paths] or [PACKAGED_DIR, f"protocols/data/{CHAMBER_PARTS_DIR.name}"]
     station = job_station_file(job.station, no_station=job.no_station, real_ports=bool(ports))
     check_job_files(job.limits, station)
-    agent_claims = [c for c in claims if selected is None or c.id in selected]  # chamber parts too
-    skipped_agent = None if model is None else no_datasheets(agent_claims, job.datasheets_dir)
+    if job.resume is not None:
+        resume_folder(job.resume)
+    skipped_agent = None if model is None else no_datasheets(claims, job.datasheets_dir)
     if skipped_agent:
         progress.say(f"agent part will be skipped: {skipped_agent}")
         model = None
     backend = "serial:" + ",".join(ports) if ports else "emulated boards on ptys"
-    folder = open_run_folder(job.runs_dir, backend, resume=job.resume, new=job.new)
+    opened = open_job_chambers(ports, seed=job.seed, limits=job.limits, say=progress.say)
+    try:
+        folder = open_run_folder(job.runs_dir, backend, resume=job.resume, new=job.new)
+    except BaseException:
+        opened.close()
+        raise
+    write_run_pool(folder.run_dir, pool, sources)  # what `score` and `report` grade this run's cells against
     if folder.resumed:
         progress.say(f"resuming run {folder.run_id} (finished agent cells are kept; --new starts afresh)")
     summary: dict[str, Any] = {"run_id": folder.run_id, "run_dir": str(folder.run_dir), "backend": backend}
@@ -103,43 +114,93 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         summary["provenance"] = provenance(folder, finished=utc_now(), seed=None if ports else job.seed,
                                            model=None if job.no_agent else job.model, chambers=where,
                                            station=station, limits=job.limits, claims_sources=sources)
-    status = "failed"
     try:
-        with contextlib.ExitStack() as stack:
-            opened = stack.enter_context(open_job_chambers(ports, seed=job.seed, limits=job.limits,
-                                                           say=progress.say))
-            where += opened.provenance()
-            chambers, summary["live_view"], graded = start_live_view(stack, opened.chambers)
-            progress.say(f"live view: {summary['live_view']}")
-            lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
-                              progress=progress, graded=graded, on_verdicts=lambda checks: [
-                                  folder.index.record_verdict(folder.run_id, r) for r in checks])
-            summary.update(lab.summary)
-            if skipped_agent:
-                summary["agent_skipped"] = skipped_agent
-            if model is not None:
-                summary["agent"] = run_agent_job(
-                    agent_claims, model_spec=job.model, model=model, datasheets_dir=job.datasheets_dir,
-                    run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index,
-                    api_url=start_chamber_api(stack, chambers, folder.run_dir, agent_claims), progress=progress)
+        try:
+            with opened, contextlib.ExitStack() as stack:
+                where += opened.provenance()
+                chambers, summary["live_view"], graded = start_live_view(stack, opened.chambers)
+                progress.say(f"live view: {summary['live_view']}")
+                lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
+                                  progress=progress, graded=graded, on_verdicts=lambda checks: [
+                                      folder.index.record_verdict(folder.run_id, r) for r in checks])
+                summary.update(lab.summary)
+                if skipped_agent:
+                    summary["agent_skipped"] = skipped_agent
+                if model is not None:
+                    summary["agent"] = run_agent_job(
+                        claims, model_spec=job.model, model=model, datasheets_dir=job.datasheets_dir,
+                        run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index,
+                        api_url=start_chamber_api(stack, chambers, folder.run_dir, claims), progress=progress)
+                progress.say("leaving the chambers in their safe state")
+        finally:
+            summary["safe_state"] = outcomes_of(opened)
+        summary["incomplete"] = shortfall(summary, agent_asked=not job.no_agent, agent_claims=claims)
+        if job.no_agent:
+            summary.update(kept_agent_sections(folder.run_dir / "summary.json"))
+        summary["status"] = RUN_STATUS[exit_code(summary)]
         record_provenance()
+        progress.say(f"report: writing {folder.run_dir / 'report.md'} and report.html")
         write_json_atomic(folder.run_dir / "summary.json", summary)
         summary["report"] = str(write_report(folder.run_dir))
-        status = "finished"
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: chambers made safe above; the index and summary say so
-        status = "interrupted"
         summary["interrupted"] = True
+        summary["status"] = RUN_STATUS[exit_code(summary)]
         record_provenance()
+    except BaseException as exc:  # the error is the CLI's to print (exit 2, or 3 for an unconfirmed safe state)
+        summary["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
+        summary["status"] = RUN_STATUS[max(exit_code(summary), FAILED)]
+        raise
     finally:
         summary["seconds"] = round((utc_now() - folder.started).total_seconds(), 1)
-        folder.index.finish_run(folder.run_id, utc_now().isoformat(timespec="seconds"), status, summary)
-        folder.close()
+        try:
+            folder.index.finish_run(folder.run_id, utc_now().isoformat(timespec="seconds"), summary["status"],
+                                    summary)
+        finally:
+            folder.close()
     return summary
 
 
+def shortfall(summary: dict[str, Any], *, agent_asked: bool, agent_claims: list[Any]) -> dict[str, int]:
+    """What of the job was not done, counted (only non-zero counts): claims with an `error` verdict, agent cells
+    that ended in an engine error, agent cells asked for but not run (no datasheet, a cell that crashed, the agent
+    part skipped)."""
+    agent = summary.get("agent") or {}
+    scores = agent.get("fidelity_and_flags") or {}
+    counts = {"error_verdicts": len(summary.get("error_claims", []))}
+    if agent_asked:
+        counts["engine_errors"] = max(agent.get("outcomes", {}).get("engine_error", 0),
+                                      scores.get("engine_errors", 0) if isinstance(scores, dict) else 0)
+        counts["cells_not_run"] = agent.get("not_run", 0) if agent else len(
+            [c for c in agent_claims if c.source.prints_figure])
+    return {k: v for k, v in counts.items() if v}
+
+
+def kept_agent_sections(summary_file: Path) -> dict[str, Any]:
+    """The agent and scores sections of an earlier summary of this run folder (a resume with --no-agent keeps
+    them: the cells and scores.json are still there)."""
+    import json
+
+    try:
+        earlier = json.loads(summary_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: earlier[k] for k in ("agent", "agent_skipped") if k in earlier} if isinstance(earlier, dict) else {}
+
+
+def status_line(d: dict[str, Any]) -> str:
+    """The run's status as its summary's first line says it: `finished`, or `completed with errors (error
+    verdicts 2, ...)`, `interrupted`, `failed (...)`."""
+    status = d.get("status", "finished")
+    detail = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (d.get("incomplete") or {}).items())
+    detail = detail or d.get("error", "")
+    return f"{status} ({detail})" if detail else status
+
+
 def summary_text(d: dict[str, Any]) -> str:
-    """The summary lines `run` ends with (README: "It ends like this")."""
-    lines = ["", f"run {d['run_id']} ({d['backend']}) in {d.get('seconds', '?')} s"]
+    """The summary lines `run` ends with (README: "It ends like this"); the first says its status."""
+    from protocols.exit_codes import unconfirmed_note
+
+    lines = ["", f"run {d['run_id']} ({d['backend']}) in {d.get('seconds', '?')} s: {status_line(d)}"]
     if "verdicts" in d:
         lines.append("verdicts:   " + ", ".join(f"{k} {v}" for k, v in sorted(d["verdicts"].items())))
     s = d.get("sweep") or {}
@@ -170,6 +231,8 @@ def summary_text(d: dict[str, Any]) -> str:
             lines.append(f"scores:     fidelity {fs.get('fidelity_passed')} of {fs.get('cells')} cells; detector flags "
                          f"{flagged.get('count', 0)} of {flagged.get('n', 0)}{bound}; engine errors "
                          f"{fs.get('engine_errors', 0)}" + (f"; {latency:.2f} s per cell" if latency else ""))
+    if unsafe := unconfirmed_note(d.get("safe_state")):
+        lines.append(unsafe)
     lines.append(f"results:    {d['run_dir']}")
     lines.append(f"report:     {d.get('report') or Path(d['run_dir']) / 'summary.json'}")
     return "\n".join(lines)

@@ -6,7 +6,8 @@ created with an atomic mkdir (a clash takes the next free id, `<stamp>-2`, ...) 
 `flock` on `<run>/.run.lock` for the whole run. The kernel drops the lock when the process dies, even by
 SIGKILL, so an interrupted run can be resumed by the next process while a live one is never touched: the
 default resume skips a folder that is held (and starts a new run), and an explicit `--resume` of a held folder
-is refused with RunLocked.
+is refused with RunLocked. A run that ended (`finished`, or `completed with errors`: it ran to its end with error
+verdicts, engine errors or cells not run) is not resumed by default; an interrupted, failed or killed one is.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agent.runindex import RunIndex
+from protocols.exit_codes import DONE, INCOMPLETE, RUN_STATUS
 
 LOCK_NAME = ".run.lock"
+ENDED = (RUN_STATUS[DONE], RUN_STATUS[INCOMPLETE])
+"""Index statuses of a run that went to its end: never resumed by default."""
 
 
 class RunFolderError(ValueError):
@@ -87,12 +91,12 @@ class RunFolder:
 
 
 def interrupted_runs(index: RunIndex, backend: str) -> list[Path]:
-    """Unfinished runs on `backend` (newest first) up to the newest finished one: the candidates to resume."""
+    """Unfinished runs on `backend` (newest first) up to the newest ended one: the candidates to resume."""
     found = []
     for row in reversed(list(index.runs())):
         if row.backend != backend:
             continue
-        if row.status == "finished":
+        if row.status in ENDED:
             break
         if Path(row.run_dir).is_dir():
             found.append(Path(row.run_dir))
@@ -117,12 +121,19 @@ def open_run_folder(runs_dir: Path, backend: str, *, resume: Path | None = None,
     return RunFolder(run_dir.name, run_dir, index, resumed, started, fd)
 
 
+def resume_folder(resume: Path) -> Path:
+    """The folder `--resume` names, refused (RunFolderError) unless it is a directory: checked before any chamber
+    opens, and again when the run takes it."""
+    run_dir = Path(resume).resolve()
+    if not run_dir.is_dir():
+        raise RunFolderError(f"--resume: expected a run directory, got {run_dir} (not a directory)")
+    return run_dir
+
+
 def _choose(runs_dir: Path, index: RunIndex, backend: str, resume: Path | None, new: bool,
             clock: Callable[[], datetime]) -> tuple[Path, int]:
     if resume is not None:
-        run_dir = Path(resume).resolve()
-        if not run_dir.is_dir():
-            raise RunFolderError(f"--resume: {run_dir} is not a run directory")
+        run_dir = resume_folder(resume)
         fd = _try_lock(run_dir)
         if fd is None:
             raise RunLocked(f"run folder {run_dir} is in use by another run (pid {_holder(run_dir)}); "
@@ -204,6 +215,6 @@ def runs_text(d: dict[str, Any], runs_dir: Path) -> str:
     if not d["runs"] and not path.exists():
         return f"no runs yet (index {path} does not exist)"
     counts = lambda c: ", ".join(f"{k} {v}" for k, v in sorted(c.items()))  # noqa: E731
-    return "\n".join([f"{'run':<18} {'status':<9} {'backend':<26} verdicts"]
-                     + [f"{r['run_id']:<18} {r['status']:<9} {r['backend'][:26]:<26} "
+    return "\n".join([f"{'run':<18} {'status':<22} {'backend':<26} verdicts"]
+                     + [f"{r['run_id']:<18} {r['status']:<22} {r['backend'][:26]:<26} "
                         f"{counts(r['summary'].get('verdicts', {}))}" for r in d["runs"]])

@@ -2,11 +2,13 @@
 
 Why SQLite: it is embedded (no server to start), ships with Python, and one file beside the run directories is
 enough to answer "which runs exist, what did each grade and extract". The run directories stay the source of
-truth (records, checks, figures); the index only points at them and can be rebuilt from them.
+truth (records, checks, figures); the index only points at them and can be rebuilt from them. A write that
+fails (a full disk: "database or disk is full") is rolled back and raised as IndexWriteFailed naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -74,6 +76,10 @@ class RunRow:
     summary: dict[str, Any]
 
 
+class IndexWriteFailed(RuntimeError):
+    """A write to the index that SQLite refused (a full disk, a read-only folder); names the index file."""
+
+
 class RunIndex:
     """The index file; every write commits at once so a killed run leaves a consistent index."""
 
@@ -81,8 +87,21 @@ class RunIndex:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = sqlite3.connect(str(path))
-        self._db.executescript(SCHEMA)
-        self._db.commit()
+        try:
+            with self._writing():
+                self._db.executescript(SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One committed write; a refused one is rolled back and named with the index file."""
+        try:
+            with self._db:
+                yield
+        except sqlite3.Error as exc:
+            raise IndexWriteFailed(f"{exc} writing {self.path}") from exc
 
     def close(self) -> None:
         self._db.close()
@@ -94,42 +113,39 @@ class RunIndex:
         self.close()
 
     def start_run(self, run_id: str, run_dir: Path, started: str, backend: str) -> None:
-        self._db.execute(
-            "INSERT INTO runs (run_id, run_dir, started, backend, status) VALUES (?, ?, ?, ?, 'running') "
-            "ON CONFLICT(run_id) DO UPDATE SET status='running', finished=NULL",
-            (run_id, str(run_dir), started, backend),
-        )
-        self._db.commit()
+        with self._writing():
+            self._db.execute(
+                "INSERT INTO runs (run_id, run_dir, started, backend, status) VALUES (?, ?, ?, ?, 'running') "
+                "ON CONFLICT(run_id) DO UPDATE SET status='running', finished=NULL",
+                (run_id, str(run_dir), started, backend))
 
     def finish_run(self, run_id: str, finished: str, status: str, summary: dict[str, Any]) -> None:
-        self._db.execute("UPDATE runs SET finished=?, status=?, summary=? WHERE run_id=?",
-                         (finished, status, json.dumps(summary), run_id))
-        self._db.commit()
+        with self._writing():
+            self._db.execute("UPDATE runs SET finished=?, status=?, summary=? WHERE run_id=?",
+                             (finished, status, json.dumps(summary), run_id))
 
     def record_verdict(self, run_id: str, result: dict[str, Any]) -> None:
         m = result.get("measured") or {}
-        self._db.execute(
-            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, result["claim_id"], result["verdict"], result.get("class"), m.get("value"), m.get("u"),
-             m.get("unit")),
-        )
-        self._db.commit()
+        with self._writing():
+            self._db.execute(
+                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, result["claim_id"], result["verdict"], result.get("class"), m.get("value"), m.get("u"),
+                 m.get("unit")))
 
     def record_cell(self, run_id: str, cell_id: str, claim_id: str, model: str, outcome: str | None,
                     record: str | None, fidelity: str | None = None, flags: list[str] | None = None) -> None:
         """A cell's row; fidelity and flags stay NULL (not scored yet) unless given: see record_scores."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, cell_id, claim_id, model, outcome, fidelity, None if flags is None else json.dumps(flags),
-             record),
-        )
-        self._db.commit()
+        with self._writing():
+            self._db.execute(
+                "INSERT OR REPLACE INTO cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, cell_id, claim_id, model, outcome, fidelity, None if flags is None else json.dumps(flags),
+                 record))
 
     def record_scores(self, run_id: str, scores: dict[str, CellScore]) -> list[str]:
         """Write each scored cell's fidelity and flags into its row (one transaction); returns the cell ids in
         `scores` that have no row in `run_id` (scored records the index does not list), in order."""
         missing = []
-        with self._db:
+        with self._writing():
             for cell_id, score in scores.items():
                 cur = self._db.execute("UPDATE cells SET fidelity=?, flags=? WHERE run_id=? AND cell_id=?",
                                        (score.fidelity, json.dumps(score.flags), run_id, cell_id))

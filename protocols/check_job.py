@@ -4,18 +4,19 @@ Why here and not in the CLI: opening the chambers of a selection, calibrating, g
 and checking a station are protocols-floor work (the runner, the sweep, the station's envelope). Each job takes
 the chamber selection (chamber/selection.py), the files and a `say` sink for progress lines, and returns a dict
 of JSON-ready values; the `*_text` functions beside them are the text renderings the CLI prints without --json.
+A job that opened chambers says how it left them (`safe_state`, one outcome per chamber), and `check` counts its
+`error` verdicts (`incomplete`), so the CLI's exit code (protocols/exit_codes.py) tells the truth.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from protocols.claims import Claim, get_claim
+from protocols.exit_codes import outcomes_of
 from protocols.lab_job import open_lab
 
 Say = Callable[[str], None]
@@ -46,20 +47,6 @@ def open_station_file(station_file: str | Path | None, say: Say) -> Any:
     return open_station(Path(station_file))
 
 
-@contextlib.contextmanager
-def all_or_nothing(paths: Sequence[Path]) -> Iterator[dict[Path, Path]]:
-    """Write several output files as one: yields {final path: temporary path beside it (same suffix)}; on success
-    each is renamed into place, on any failure every temporary file is removed and no final file is touched."""
-    staged = {p: p.with_name(f".{p.stem}.partial-{os.getpid()}{p.suffix}") for p in paths}
-    try:
-        yield staged
-        for final, tmp in staged.items():
-            os.replace(tmp, final)
-    finally:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
-
-
 # --------------------------------------------------------------------------------------------- calibrate
 def calibrate_job(selection: Any, *, n: int, osr: int, output: str | Path | None, say: Say) -> dict[str, Any]:
     """Cross-sensor calibration of the wind tunnel's four barometers; the record (written to `output` if given)."""
@@ -73,7 +60,7 @@ def calibrate_job(selection: Any, *, n: int, osr: int, output: str | Path | None
     record = record_from_calibration(cal, date=datetime.now(timezone.utc))
     if output:
         save_record(record, Path(output))
-    return {"record": record.model_dump(mode="json", by_alias=True), "path": output}
+    return {"record": record.model_dump(mode="json", by_alias=True), "path": output, "safe_state": outcomes_of(opened)}
 
 
 def calibration_text(d: Mapping[str, Any]) -> str:
@@ -85,10 +72,11 @@ def calibration_text(d: Mapping[str, Any]) -> str:
 
 # --------------------------------------------------------------------------------------------- check
 def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration: str | Path | None,
-              station: str | Path | None, say: Say) -> list[dict[str, Any]]:
+              station: str | Path | None, say: Say) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Grade `claims` on the chambers of `selection` with the calibration record of the file `calibration` (None:
     calibrate in the same plan) and the instrument station of the file `station` (None: the chamber alone): one
-    result dict per claim. A bad station file or instrument fails before any staging."""
+    result dict per claim, and the chambers' safe-state outcomes. A bad station file or instrument fails before
+    any staging."""
     from protocols.lab_job import grade_claims
 
     record = None
@@ -104,20 +92,26 @@ def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration
     finally:
         if instruments is not None:
             instruments.close()
-    return [r.to_dict() for r in results]
+    return [r.to_dict() for r in results], outcomes_of(opened)
 
 
 def check_command(claims: Mapping[str, Claim], claim_id: str | None, all: bool, selection: Any, *, rows: int,
                   calibration: str | Path | None, station: str | Path | None, say: Say) -> dict[str, Any]:
-    """`check`: one claim of `claims` (its result dict) or, with `all`, every one ({"results": [...]})."""
-    results = check_job(list(claims.values()) if all else [get_claim(claim_id or "", claims)], selection, rows=rows,
-                        calibration=calibration, station=station, say=say)
-    return {"results": results} if all else results[0]
+    """`check`: one claim of `claims` (its result dict) or, with `all`, every one ({"results": [...]}); beside
+    them the chambers' `safe_state` and, when a verdict is `error`, `incomplete: {"error_verdicts": n}`."""
+    results, safe = check_job(list(claims.values()) if all else [get_claim(claim_id or "", claims)], selection,
+                              rows=rows, calibration=calibration, station=station, say=say)
+    errors = sum(r["verdict"] == "error" for r in results)
+    return {**({"results": results} if all else results[0]), "safe_state": safe,
+            **({"incomplete": {"error_verdicts": errors}} if errors else {})}
 
 
 def check_text(d: Mapping[str, Any]) -> str:
     """The table of a `check --all`, or one claim's row and the reason for its verdict."""
-    return check_table_text(d["results"]) if "results" in d else check_table_text([d]) + "\n\n" + d["reason"]
+    from protocols.exit_codes import unconfirmed_note
+
+    text = check_table_text(d["results"]) if "results" in d else check_table_text([d]) + "\n\n" + d["reason"]
+    return "\n".join([text, *filter(None, [unconfirmed_note(d.get("safe_state"))])])
 
 
 def check_table_text(results: Sequence[Mapping[str, Any]]) -> str:
@@ -139,39 +133,38 @@ def sweep_job(claim_id: str, selection: Any, *, measured: str | None, u: str | N
               steps: int, csv: str | None, plot: str | None, say: Say) -> dict[str, Any]:
     """Hold one measurement fixed (given, from a recorded CSV, or measured live) and move the claim's bound
     through it; the CSV and the figure are written both or neither."""
-    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
+    from protocols.sweep import check_output_paths, sweep, write_sweep_files
 
     claim = get_claim(claim_id)
+    check_output_paths([Path(p) for p in (csv, plot) if p])  # a path that cannot be written, before any chamber
     if (measured is None) != (u is None):
         raise JobRefused(f"a given measurement needs both its value and its u; got value {measured}, u {u}")
+    safe: list[dict[str, Any]] = []  # no chamber opened for a given or recorded measurement
     if measured is not None and u is not None:
         value, unc, unit, dof = measured, u, claim.unit, float("inf")
     else:
-        m = sweep_measurement(claim, selection, recording, say)
+        m, safe = sweep_measurement(claim, selection, recording, say)
         value, unc, unit, dof = m.value, m.u, m.unit, m.dof
     result = sweep(claim, value, unc, unit=unit, steps=steps, dof=dof)
-    with all_or_nothing([Path(p) for p in (csv, plot) if p]) as staged:
-        if csv:
-            write_sweep_csv(result, staged[Path(csv)])
-        if plot:
-            plot_sweep(result, staged[Path(plot)])
-    return {**result.to_dict(), "files": {"csv": csv, "plot": plot}}
+    write_sweep_files(result, csv_path=Path(csv) if csv else None, plot_path=Path(plot) if plot else None)
+    return {**result.to_dict(), "files": {"csv": csv, "plot": plot}, "safe_state": safe}
 
 
-def sweep_measurement(claim: Claim, selection: Any, recording: str | Path | None, say: Say) -> Any:
+def sweep_measurement(claim: Claim, selection: Any, recording: str | Path | None,
+                      say: Say) -> tuple[Any, list[dict[str, Any]]]:
     """The fixed measurement of a sweep: from a recorded CSV (refused naming the rows: unset readings, fans on),
-    or measured live with the claim's protocol."""
+    or measured live with the claim's protocol; and the safe-state outcomes of the chambers opened for it."""
     from protocols.lab_job import grade_claims
 
     if recording:
         from protocols.recorded import operating_range_from_recording
 
-        return operating_range_from_recording(claim, Path(recording))
+        return operating_range_from_recording(claim, Path(recording)), []
     with open_lab(selection, say) as opened:
         (result,) = grade_claims([claim], opened.chambers, rows=200, report=say)
     if result.measurement is None or result.measurement.value is None:
         raise JobRefused(f"{claim.id}: the protocol gave no measurement to sweep ({result.verdict.reason})")
-    return result.measurement
+    return result.measurement, outcomes_of(opened)
 
 
 def sweep_text(d: Mapping[str, Any]) -> str:

@@ -3,12 +3,14 @@
 Why one helper: the main job writes checks.json, sweep.json, link.json, scores.json and summary.json from two
 floors (protocols/ and agent/), and the report trusts that a file that exists is complete. Writing to a `.part`
 file and renaming it over the target is atomic on POSIX, so a reader sees the old file or the new one, never a
-torn one. `json_default` is the one rule for what the project's JSON may hold beyond plain types (numpy scalars
+torn one. A write that fails (a full disk) removes its `.part` file and raises WriteFailed naming the path, so a
+run can say which file it could not write. `json_default` is the one rule for what the project's JSON may hold beyond plain types (numpy scalars
 and arrays, pydantic models, paths); the CLI's --json output uses it too.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -31,10 +33,33 @@ def json_default(obj: Any) -> Any:
                     "numpy value, pydantic model or path)")
 
 
+class WriteFailed(OSError):
+    """A file that could not be written (no space left, a file-size limit, no permission); names the file."""
+
+
+def write_failed(exc: OSError, path: Path | str) -> WriteFailed:
+    """`exc` as one line naming `path`: `no space left writing runs/<id>/checks.json`."""
+    what = {errno.ENOSPC: "no space left", errno.EFBIG: "file too large", errno.EDQUOT: "disk quota exceeded"}.get(
+        exc.errno or 0, (exc.strerror or type(exc).__name__).lower())
+    failed = WriteFailed(f"{what} writing {path}")
+    failed.errno = exc.errno
+    return failed
+
+
 def write_json_atomic(path: Path, data: Any) -> Path:
-    """Write `data` as indented JSON to `path` through `path.part` and a rename; returns `path`."""
+    """Write `data` as indented JSON to `path` through `path.part` and a rename; returns `path`. On failure the
+    `.part` file is removed and WriteFailed names `path`."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".part")
-    tmp.write_text(json.dumps(data, indent=2, default=json_default) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=2, default=json_default) + "\n"
+    try:
+        _write_text(tmp, text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_failed(exc, path) from exc
     return path
+
+
+def _write_text(tmp: Path, text: str) -> None:
+    tmp.write_text(text, encoding="utf-8")

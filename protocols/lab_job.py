@@ -26,12 +26,15 @@ SWEEP_CLAIM = "dps310-operating-range"
 
 
 class JobProgress(Protocol):
-    """Where a job reports: `start` a stage of `total` steps, `advance` one step with a note, `say` a line.
-    The library calls it; the CLI renders it (a progress bar on a terminal, plain lines otherwise)."""
+    """Where a job reports: `start` a stage of `total` steps, `advance` one step with a note, `detail` what the
+    current step is doing (a staging read, a settle), `say` a line. The library calls it; the CLI renders it (a
+    progress bar on a terminal, plain lines otherwise)."""
 
     def start(self, label: str, total: int) -> None: ...
 
     def advance(self, note: str) -> None: ...
+
+    def detail(self, message: str) -> None: ...
 
     def say(self, message: str) -> None: ...
 
@@ -45,31 +48,82 @@ class Quiet:
     def advance(self, note: str) -> None:
         pass
 
+    def detail(self, message: str) -> None:
+        pass
+
     def say(self, message: str) -> None:
         pass
 
 
 class TextProgress:
-    """A JobProgress drawn on a text stream (the CLI's stderr): a bar per stage, one line redrawn on a terminal,
-    plain lines otherwise; `say` lines as they come."""
+    """A JobProgress drawn on a text stream (the CLI's stderr). On a terminal: one bar line per stage, redrawn in
+    place with the current `detail` as its note, `say` lines printed above it (wrapped, never cut: they may be the
+    hint that matters), nothing wider than WIDTH columns.
+    Otherwise: one plain line per event (a stage's start, each step, each detail, each `say`), so a log shows what
+    the job was doing at every moment."""
+
+    WIDTH, BAR = 79, 20
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream, self.label, self.total, self.done = stream, "", 1, 0
+        self.stream, self.label, self.total, self.done, self.note = stream, "", 1, 0, ""
+        self.drawn = False  # a bar is on the terminal without its newline
 
     def start(self, label: str, total: int) -> None:
-        self.label, self.total, self.done = label, max(total, 1), 0
+        self.label, self.total, self.done, self.note = label, max(total, 1), 0, ""
+        if self._tty():
+            self._draw()
+        else:
+            self._line(f"{label}: {total} to do")
 
     def advance(self, note: str) -> None:
-        self.done += 1
-        filled = int(30 * self.done / self.total)
-        line = f"{self.label:<12} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {note}"
-        tty = self.stream.isatty()
-        self.stream.write(("\r" + line[:110].ljust(110) + ("\n" if self.done >= self.total else "")) if tty
-                          else line + "\n")
-        self.stream.flush()
+        self.done, self.note = self.done + 1, note
+        if not self._tty():
+            self._line(self._bar())
+            return
+        self._draw()
+        if self.done >= self.total:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
+
+    def detail(self, message: str) -> None:
+        if not self._tty():
+            self._line("  " + message)
+        elif self.drawn:
+            self.note = message
+            self._draw()
+        else:
+            self.say("  " + message)
 
     def say(self, message: str) -> None:
-        self.stream.write(message + "\n")
+        if not self._tty():
+            self._line(message)
+            return
+        import textwrap
+
+        was = self.drawn
+        for part in textwrap.wrap(message, self.WIDTH, subsequent_indent="    ", drop_whitespace=True) or [""]:
+            self.stream.write("\r" + part.ljust(self.WIDTH) + "\n")
+        self.drawn = False
+        if was:
+            self._draw()
+        self.stream.flush()
+
+    def _tty(self) -> bool:
+        return bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def _bar(self) -> str:
+        filled = int(self.BAR * self.done / self.total)
+        return (f"{self.label:<12} [{'#' * filled}{'.' * (self.BAR - filled)}] {self.done}/{self.total} "
+                f"{self.note}").rstrip()
+
+    def _draw(self) -> None:
+        self.stream.write("\r" + self._bar()[:self.WIDTH].ljust(self.WIDTH))
+        self.stream.flush()
+        self.drawn = True
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
         self.stream.flush()
 
 
@@ -88,8 +142,15 @@ def count(items: Iterable[Any]) -> dict[str, int]:
 
 
 def _steps(progress: JobProgress) -> Callable[[str], None]:
-    """The runner's progress lines: each '[i/N] claim ...' line is one step of the stage."""
-    return lambda message: progress.advance(message) if message.startswith("[") else None
+    """The runner's progress lines: each '[i/N] claim' line is one step of the stage (the note is the claim id);
+    the others (each staging set and read, each settle) are its details, so a real-pace board that reads for
+    minutes before the first claim is decided never leaves the job silent."""
+    def step(message: str) -> None:
+        if message.startswith("["):
+            progress.advance(message.split("] ", 1)[-1])
+        else:
+            progress.detail(message)
+    return step
 
 
 def grade_claims(claims: Sequence[Claim], chambers: Mapping[str, Any], *, rows: int, calibration: Any = None,
@@ -105,11 +166,15 @@ def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: P
                 station_file: str | Path | None, progress: JobProgress = Quiet(),
                 graded: Callable[[Claim], None] = lambda claim: None,
                 on_verdicts: Callable[[list[dict[str, Any]]], None] = lambda checks: None) -> LabOutcome:
-    """Calibrate and grade `claims` on `chambers`, sweep the live operating-range reading, grade again with the
-    station of `station_file` (None: chamber alone), and record the link counters; files go into `run_dir`.
-    `on_verdicts` receives the chamber-only verdicts as soon as they are written (the run index records them)."""
+    """Calibrate and grade `claims` (only these: the caller's selection) on `chambers`, sweep the live
+    operating-range reading when its claim is among them, grade again with the station of `station_file` (None:
+    chamber alone), and record the link counters; files go into `run_dir`. `on_verdicts` receives the chamber-only
+    verdicts as soon as they are written (the run index records them). The summary's `error_claims` lists every
+    claim with an `error` verdict, with or without the station."""
     from calibration.records import save_record
 
+    progress.say(f"grading {len(claims)} claims on {', '.join(sorted(chambers))} (the wind tunnel's calibration "
+                 "in the same plan)")
     progress.start("checks", len(claims))
     batch = run_batch(claims, ProtocolContext(chambers=chambers, rows=rows, progress=_steps(progress),
                                               graded=graded), calibrate=True)
@@ -120,11 +185,14 @@ def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: P
     checks = [r.to_dict() for r in batch.results]
     write_json_atomic(run_dir / "checks.json", {"results": checks})
     on_verdicts(checks)
+    errors = {r["claim_id"] for r in checks if r["verdict"] == "error"}
     summary: dict[str, Any] = {"verdicts": count(r["verdict"] for r in checks),
-                               "sweep": sweep_live_reading(batch.results, run_dir)}
+                               "sweep": sweep_live_reading(batch.results, run_dir, progress)}
     if station_file:
         summary["station"] = grade_with_station(claims, chambers, Path(station_file), run_dir, rows=rows,
                                                 calibration=batch.record, earlier=batch.results, progress=progress)
+        errors.update(summary["station"]["errors"])
+    summary["error_claims"] = sorted(errors)
     summary["link"] = {kind: c.link_stats() for kind, c in chambers.items()}
     write_json_atomic(run_dir / "link.json", summary["link"])
     return LabOutcome(batch.results, summary, batch.record)
@@ -138,7 +206,7 @@ def grade_with_station(claims: Sequence[Claim], chambers: Mapping[str, Any], sta
     from chamber.instruments import open_station
     from protocols.instrument_protocols import gradable_envelope
 
-    progress.say(f"opening instrument station {station_file}")
+    progress.say(f"station: opening {station_file}, then grading {len(claims)} claims again")
     with open_station(station_file) as station:
         progress.start("station", len(claims))
         context = ProtocolContext(chambers=chambers, calibration=calibration, rows=rows, station=station,
@@ -149,16 +217,22 @@ def grade_with_station(claims: Sequence[Claim], chambers: Mapping[str, Any], sta
     write_json_atomic(run_dir / "station_checks.json",
                       {"station": str(station_file), "results": checks, "envelope": envelope})
     definitive = [r["claim_id"] for r in checks if r["verdict"] in ("pass", "fail")]
-    return {"file": str(station_file), "verdicts": count(r["verdict"] for r in checks), "definitive": definitive}
+    return {"file": str(station_file), "verdicts": count(r["verdict"] for r in checks), "definitive": definitive,
+            "errors": [r["claim_id"] for r in checks if r["verdict"] == "error"]}
 
 
-def sweep_live_reading(results: Sequence[CheckResult], run_dir: Path) -> dict[str, Any]:
-    """The perturbation sweep on the live operating-range reading (held fixed, the upper bound moved)."""
+def sweep_live_reading(results: Sequence[CheckResult], run_dir: Path,
+                       progress: JobProgress = Quiet()) -> dict[str, Any]:
+    """The perturbation sweep on the live operating-range reading (held fixed, the upper bound moved); skipped,
+    saying why, when that claim was not graded (not selected) or gave no measurement."""
     from protocols.sweep import plot_sweep, sweep, write_sweep_csv
 
     live = next((r for r in results if r.claim.id == SWEEP_CLAIM), None)
-    if live is None or live.measurement is None or live.measurement.value is None:
+    if live is None:
+        return {"skipped": f"{SWEEP_CLAIM} not among the claims graded"}
+    if live.measurement is None or live.measurement.value is None:
         return {"skipped": "no live operating-range measurement"}
+    progress.say(f"sweep: {SWEEP_CLAIM}, the bound moved through the live reading (41 bounds)")
     m = live.measurement
     result = sweep(live.claim, m.value, m.u, unit=m.unit, steps=41, dof=m.dof)
     d = result.to_dict()
@@ -185,10 +259,13 @@ def start_live_view(stack: contextlib.ExitStack, chambers: Mapping[str, Any]) ->
 def start_chamber_api(stack: contextlib.ExitStack, chambers: Mapping[str, Any], run_dir: Path,
                       claims: Sequence[Claim]) -> str:
     """The chamber tools API on 127.0.0.1 over the connected chambers, for the agent's phase two; its record of
-    every request goes to `run_dir/api`. Closed with `stack`."""
+    every request goes to `run_dir/api`. Closed with `stack`. Its one client is this job's agent, so the per-client
+    session cap is the service's whole cap."""
     from protocols.api.server import running_api
+    from protocols.service_defaults import DEFAULT_MAX_SESSIONS
 
-    return stack.enter_context(running_api(chambers, record_dir=run_dir / "api", claims={c.id: c for c in claims}))
+    return stack.enter_context(running_api(chambers, record_dir=run_dir / "api", claims={c.id: c for c in claims},
+                                           max_sessions_per_client=DEFAULT_MAX_SESSIONS))
 
 
 def open_lab(selection: Any, say: Say, **kinds: Any) -> Any:

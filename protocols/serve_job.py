@@ -2,35 +2,64 @@
 
 Why its own module: refusing an unsafe bind before anything opens (a non-loopback address needs a token), opening
 the chambers, serving the API under uvicorn and removing a record folder it made if it fails are one job of the
-protocols floor; the CLI passes plain values and renders the `on_ready` data (`serve_text`).
+protocols floor; the CLI passes plain values and renders the `on_ready` data (`serve_text`). A port already in use
+is refused before any chamber opens (PortInUse, one line with the way out); after a stop the job returns its exit
+code (protocols/exit_codes.py: 3 when a chamber's safe state was not confirmed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import socket
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from protocols.exit_codes import exit_code, outcomes_of, unconfirmed_note
 from protocols.lab_job import open_lab
+
+
+class PortInUse(OSError):
+    """The TCP port asked for is taken by another process."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a taken `port` on `host` before anything opens, naming the way out (port 0: any free port)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no clash
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return  # another problem (an address not on this host): uvicorn reports it as it binds
+            raise PortInUse(f"port {port} on {host} is in use; try --listen-port 0 (any free port)") from None
 
 
 def serve_job(selection: Any, *, host: str, listen_port: int, token: str | None, claims: Mapping[str, Any],
               limits: Path | str | None, record: Path, lease_timeout: float, lease_max_hold: float,
               max_sessions: int, session_idle: float, allowed_host: Sequence[str], verbose: bool,
-              on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None]) -> None:
-    """Serve the API over the chambers of `selection` until a signal; folders of `record` made here are removed
-    again when serving fails (nothing half-made stays). `token` (protocols.api.resolve_token) is checked by the
-    caller before anything opens: a non-loopback bind without one never starts."""
+              on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None]) -> int:
+    """Serve the API over the chambers of `selection` until a signal, then return the exit code of how the
+    chambers were left; folders of `record` made here are removed again when serving fails (nothing half-made
+    stays). `token` (protocols.api.resolve_token) is checked by the caller before anything opens: a non-loopback
+    bind without one never starts; a taken port is refused here, before the chambers open."""
     import threading
 
+    check_port_free(host, listen_port)
     stop = threading.Event()
     made = [d for d in (record, *record.parents) if not d.exists()]
     try:
-        _serve_until(selection, stop, token, claims, host=host, listen_port=listen_port, limits=limits,
+        safe = _serve_until(selection, stop, token, claims, host=host, listen_port=listen_port, limits=limits,
                      record=record, lease_timeout=lease_timeout, lease_max_hold=lease_max_hold,
                      max_sessions=max_sessions, session_idle=session_idle, allowed_hosts=tuple(allowed_host),
                      verbose=verbose, on_ready=on_ready, say=say)
+        if note := unconfirmed_note(safe):
+            say(note)
+        return exit_code({"safe_state": safe})
     except BaseException:
         for folder in made:  # deepest first; rmdir removes only what is still empty
             with contextlib.suppress(OSError):
@@ -41,7 +70,8 @@ def serve_job(selection: Any, *, host: str, listen_port: int, token: str | None,
 def _serve_until(selection: Any, stop: Any, token: str | None, claims: Mapping[str, Any], *, host: str,
                  listen_port: int, limits: Any, record: Path, lease_timeout: float, lease_max_hold: float,
                  max_sessions: int, session_idle: float, allowed_hosts: tuple[str, ...], verbose: bool,
-                 on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None]) -> None:
+                 on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Serve until `stop` is set; returns the chambers' safe-state outcomes."""
     import signal
 
     from protocols.api import create_app
@@ -65,6 +95,7 @@ def _serve_until(selection: Any, stop: Any, token: str | None, claims: Mapping[s
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+    return outcomes_of(opened)
 
 
 def serve_text(d: Mapping[str, Any]) -> str:

@@ -70,8 +70,8 @@ def fit_text(d: dict[str, Any]) -> str:
         lines += [f"  {unit:<9} {value:+8.3f}" for unit, value in fit["offsets_pa"].items()]
         lines.append("noise RMS by oversampling, Pa (pooled over units):")
         lines += [f"  osr {osr}: {value:.3f}" for osr, value in fit["noise_pa_by_osr"].items()]
-        if fit["osr_kept_default"]:
-            lines.append(f"  not in recording, defaults kept: osr {fit['osr_kept_default']}")
+        for name, why in (fit.get("kept") or {}).items():
+            lines.append(f"  {name}: {why}")
     for channel in ("ir", "vis"):
         c = fit.get(channel)
         if c and c.get("fitted"):

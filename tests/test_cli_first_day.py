@@ -166,7 +166,10 @@ def test_a_serve_that_cannot_listen_leaves_no_record_folder(tmp_path):
                                "--chamber", "wt", "--record", str(record), "--json"], cwd=PROJECT_ROOT,
                               capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["error"]["type"] == "RuntimeError"
+    error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    assert error == {"type": "PortInUse",  # refused before any chamber opens, with the way out
+                     "message": f"port {port} on 127.0.0.1 is in use; try --listen-port 0 (any free port)"}
+    assert "connected" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -211,8 +211,11 @@ def test_the_counter_runs_to_100000_and_wraps_to_0(firmware_build):
 def test_a_short_check_all_runs_on_both_real_firmwares(firmware_build, tmp_path):
     with real_board(firmware_build, "wt") as wt, real_board(firmware_build, "lt") as lt:
         result = subprocess.run(
+            # The packaged 37: the chamber parts' fan claims wait minutes at real pace (~10 min for all 53 here)
+            # and have real-firmware tests of their own (test_fan_claims.py).
             [sys.executable, str(ROOT / "bench_cli.py"), "check", "--all", "--port", wt, "--port", lt,
-             "--rows", "8", "--json"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+             "--claims", str(ROOT / "protocols" / "data" / "claims"), "--rows", "8", "--json"],
+            capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = json.loads(result.stdout)
     errors = {r["claim_id"]: r.get("reason") or r for r in out["results"] if r["verdict"] == "error"}

@@ -62,14 +62,12 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
     assert summary["link"]["wt"]["crc_failures"] == 0 and summary["link"]["wt"]["segments_received"] > 0
     report = (run_dir / "report.md").read_text()
     assert "dps310-operating-range" in report and "sweep" in report.lower()
-    # With the simulated instrument station more claims become definitive (7 of the 25 main); the three typical
-    # supply currents it measures are Typ.-only, so one unit leaves them inconclusive, never failed (issue 16).
+    # --claims selects what the chamber grades too (issue 24): the checks and the station pass hold these three.
     station = json.loads((run_dir / "station_checks.json").read_text())
-    main = [r for r in station["results"] if not r["claim_id"].startswith("a4988-")]
-    assert len([r for r in main if r["verdict"] in ("pass", "fail")]) >= 7
-    assert not [r for r in station["results"] if r["verdict"] == "fail"]
-    assert [r["class"] for r in main if r["claim_id"] == "si115x-active-current-3v3"] == ["typical-not-guaranteed"]
-    assert "With the instrument station" in report and "typical-not-guaranteed" in report
+    assert sorted(r["claim_id"] for r in station["results"]) == sorted(checks) == sorted(
+        ["dps310-operating-range", "si115x-adc-bit-depth", "nf-f12-max-speed-intake"])
+    assert "With the instrument station" in report
+    assert summary["status"] == "finished" and not summary["incomplete"]
     with RunIndex(tmp_path / "index.sqlite") as index:
         runs = list(index.runs())
         assert [r.status for r in runs] == ["finished"]
@@ -131,6 +129,15 @@ def test_a_killed_run_keeps_finished_cells_and_the_rerun_resumes(tmp_path: Path)
         validate_record(record)
     with RunIndex(tmp_path / "index.sqlite") as index:
         assert [r.status for r in index.runs()] == ["finished"]
+    # With the simulated instrument station more claims become definitive (7 of the 25 main); the three typical
+    # supply currents it measures are Typ.-only, so one unit leaves them inconclusive, never failed (issue 16).
+    station = json.loads((run_dir / "station_checks.json").read_text())
+    main = [r for r in station["results"] if not r["claim_id"].startswith("a4988-")]
+    assert len([r for r in main if r["verdict"] in ("pass", "fail")]) >= 7
+    assert not [r for r in station["results"] if r["verdict"] == "fail"]
+    assert [r["class"] for r in main if r["claim_id"] == "si115x-active-current-3v3"] == ["typical-not-guaranteed"]
+    report = (run_dir / "report.md").read_text()
+    assert "With the instrument station" in report and "typical-not-guaranteed" in report
 
 
 @pytest.mark.parametrize("flag", ["--new"])

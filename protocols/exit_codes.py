@@ -1,0 +1,73 @@
+"""Exit codes that tell the truth: one rule for every command, read off the command's own result.
+
+Why one module: `check` exited 0 with an `error` verdict, `run` said "finished" with error verdicts and `extract`
+exited 0 on an unreadable datasheet, because each command chose its code on its own. Here is the one table (the
+README quotes it); each job puts what the rule needs into its result (`safe_state`, `interrupted`, `incomplete`)
+and the CLI, and `run`'s status in its index and summary, derive the code from it with `exit_code`.
+
+| code | meaning |
+|---|---|
+| 0 | everything asked was done |
+| 1 | the command completed, but not everything asked was done: an `error` verdict, an agent engine error, a cell not run, an extraction without a submitted answer, a station check that failed |
+| 2 | refused (bad input or options, before any work) or failed (an exception) |
+| 3 | the safe state of a chamber could not be confirmed: the chamber may be left running (wins over every other code) |
+| 130 | interrupted (Ctrl-C or SIGTERM), the chambers left safe |
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any, Mapping
+
+DONE, INCOMPLETE, FAILED, UNSAFE, INTERRUPTED = 0, 1, 2, 3, 130
+
+RUN_STATUS = {DONE: "finished", INCOMPLETE: "completed with errors", FAILED: "failed",
+              UNSAFE: "safe state unconfirmed", INTERRUPTED: "interrupted"}
+"""`run`'s status in its index row and summary for each exit code: the two always say the same thing."""
+
+
+def safe_state_confirmed(safe_state: Any) -> bool:
+    """Whether every chamber's safe-state outcome (one dict, a list of them, or None: no chamber) was confirmed.
+    An outcome without a `confirmed` key (older drivers) counts as confirmed unless it carries an error."""
+    entries = safe_state if isinstance(safe_state, list) else [safe_state] if safe_state else []
+    return all(e.get("confirmed", not e.get("error")) for e in entries if isinstance(e, Mapping))
+
+
+def unconfirmed_note(safe_state: Any) -> str | None:
+    """One line naming the chambers whose safe state was not confirmed (None when every one was)."""
+    entries = safe_state if isinstance(safe_state, list) else [safe_state] if safe_state else []
+    bad = [e for e in entries if isinstance(e, Mapping) and not safe_state_confirmed(e)]
+    return ("safe state NOT CONFIRMED on " + ", ".join(f"{e.get('chamber', '?')} ({e.get('error')})" for e in bad)
+            + ": the chamber may be left running") if bad else None
+
+
+def exit_code(result: Mapping[str, Any], *, incomplete: bool = False, failed: bool = False) -> int:
+    """The command's exit code from its result: 3 when a safe state is unconfirmed, 130 when `interrupted`, 2 when
+    it `failed`, 1 when `incomplete` (the argument, or a non-empty `incomplete` entry of the result), else 0."""
+    if not safe_state_confirmed(result.get("safe_state")):
+        return UNSAFE
+    if result.get("interrupted"):
+        return INTERRUPTED
+    if failed:
+        return FAILED
+    if incomplete or result.get("incomplete"):
+        return INCOMPLETE
+    return DONE
+
+
+def outcomes_of(opened: Any) -> list[dict[str, Any]]:
+    """The safe-state outcomes of a closed chamber.selection.OpenChambers (or None) as JSON-ready dicts."""
+    return [o.to_dict() for o in getattr(opened, "outcomes", None) or ()]
+
+
+def unconfirmed_error() -> type[BaseException] | None:
+    """The driver's exception for a safe state that could not be confirmed while another exception was
+    propagating (chamber SafeStateUnconfirmed), or None with a driver that does not raise one."""
+    for module in ("chamber.errors", "chamber.safe_state", "chamber.selection"):
+        try:
+            found = getattr(import_module(module), "SafeStateUnconfirmed", None)
+        except ImportError:
+            continue
+        if isinstance(found, type) and issubclass(found, BaseException):
+            return found
+    return None
