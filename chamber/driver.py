@@ -187,6 +187,17 @@ class Chamber:
         """Every accepted SET (inputs, flag and sensor overrides) in the order it was applied."""
         return dict(self._applied)
 
+    def link_state(self) -> tuple[str, BaseException | None]:
+        """("halted", the firmware error) | ("down", why) | ("up", None) from what the driver knows; no I/O, no lock
+        (a health check must not wait behind a measurement)."""
+        if self._closed:
+            return "down", NotConnected("the chamber was closed")
+        if self._halted is not None:
+            return "halted", self._halted
+        if self._link_down is not None:
+            return "down", self._link_down
+        return "up", None
+
     def link_stats(self) -> dict[str, int]:
         stats = dict(self.backend.counters())
         stats["reconnects"] = self._reconnects

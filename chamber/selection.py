@@ -22,12 +22,13 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from chamber.driver import Chamber
-from chamber.errors import ChamberError
+from chamber.errors import ChamberError, InvalidSetting
 from chamber.limits import OperatorLimits, load_limits
 from chamber.safe_state import (LOCK_WAIT_S, SafeOutcome, SafeState, SafeStateUnconfirmed, check_safe_state,
                                 resolve_safe_state, safe_close)
 from chamber.stop import signals_deferred
-from firmware_bridge.model_file import ModelFileError, describe_validation, read_data_file, validate_model
+from firmware_bridge.model_file import (SETTINGS_MAX_BYTES, ModelFileError, describe_validation, read_data_file,
+                                       validate_model)
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ def read_params(path: str | Path | None) -> dict[str, Any] | None:
         return None
     from simulator.params import SimParams
 
-    data = read_data_file(path, what="simulator parameters", error=ParamsFileError)
+    data = read_data_file(path, what="simulator parameters", error=ParamsFileError, max_bytes=SETTINGS_MAX_BYTES,
+                          expected="a mapping of simulator parameters ({} for the defaults)")
     validate_model(data, SimParams, source=f"simulator parameters {Path(path)}", error=ParamsFileError)
     return data
 
@@ -210,7 +212,11 @@ def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None,
             on_connect(kind, c, url)
         if safe is not None:
             for c in opened.chambers.values():
-                check_safe_state(c, safe)
+                try:
+                    check_safe_state(c, safe)
+                except InvalidSetting:  # a safe state that cannot be sent: nothing was set since the reset,
+                    opened.make_safe = False  # so close as connected rather than fail to send it at the exit
+                    raise
     except BaseException:
         opened.close()
         raise

@@ -85,3 +85,22 @@ def test_open_chambers_raises_safe_state_unconfirmed_only_from_an_error_already_
             raise KeyboardInterrupt("SIGTERM")
         except KeyboardInterrupt:
             handled.close()
+
+
+def test_a_safe_state_the_limits_refuse_is_refused_at_open_and_nothing_is_set_at_the_exit(tmp_path, monkeypatch):
+    """Refused at the start (exit 2, the setting named); the exit path then sends nothing: a safe state that
+    cannot be sent is not 'unconfirmed' (exit 3), the board is as its reset left it."""
+    from chamber.errors import InvalidSetting
+    from chamber.safe_state import load_safe_state
+    from chamber.selection import open_chambers, selection_of
+
+    (tmp_path / "limits.yaml").write_text("wt:\n  variables: {load_in: {max: 0.5}}\n")
+    (tmp_path / "safe.yaml").write_text("wt: {load_in: 0.9}\n")
+    selection = selection_of("sim", None, kinds=("wt",), limits=tmp_path / "limits.yaml", one_chamber=True)
+    closed: list[OpenChambers] = []
+    real_close = OpenChambers.close
+    monkeypatch.setattr(OpenChambers, "close", lambda self, *a, **kw: closed.append(self) or real_close(self, *a, **kw))
+    with pytest.raises(InvalidSetting, match="load_in"):
+        open_chambers(selection, safe=load_safe_state(tmp_path / "safe.yaml"))
+    (opened,) = closed
+    assert opened.outcomes == [] and not opened.unconfirmed  # closed as connected: no SET tried, none failed

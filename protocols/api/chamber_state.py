@@ -45,19 +45,8 @@ def start_safe(env: ToolEnvironment, kind: str, safe: dict[str, float]) -> dict[
 
 def link_of(chamber: Any, fault: str | None) -> dict[str, Any]:
     """{"link": "up" | "down" | "halted", "detail": ...} from what the driver knows (no probe: the board is asked
-    nothing, so /health never waits behind a tool call). A driver without `link_state()` is read through its
-    halted / link-down markers."""
-    accessor = getattr(chamber, "link_state", None)
-    if callable(accessor):
-        link, reason = accessor()
-    else:  # until chamber.driver.Chamber has link_state(): its markers, read only
-        halted, lost = getattr(chamber, "_halted", None), getattr(chamber, "_link_down", None)
-        if getattr(chamber, "_closed", False) is True:
-            link, reason = "down", ConnectionError("the chamber was closed")
-        elif halted is not None:
-            link, reason = "halted", halted
-        else:
-            link, reason = ("down", lost) if lost is not None else ("up", None)
+    nothing, so /health never waits behind a tool call): Chamber.link_state()."""
+    link, reason = chamber.link_state()
     try:
         stats = jsonable(chamber.link_stats()) if callable(getattr(chamber, "link_stats", None)) else None
     except Exception as exc:  # a backend that cannot count: the link state stands
