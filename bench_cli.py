@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             check_text_files(input_files(vars(args)))  # a missing or undecodable file is named before any work starts
             result = args.handler(args)
     except BaseException as exc:  # rendered, not swallowed: the type and message tell the user what went wrong
-        unsafe = isinstance(exc, lib("protocols.exit_codes").unconfirmed_error() or ())  # 3: a chamber may run on
+        unsafe = isinstance(exc, lib("chamber.safe_state").SafeStateUnconfirmed)  # 3: a chamber may run on
         if isinstance(exc, KeyboardInterrupt) and not unsafe:
             sys.stderr.write("interrupted\n")
             return 130

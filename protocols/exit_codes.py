@@ -16,7 +16,6 @@ and the CLI, and `run`'s status in its index and summary, derive the code from i
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any, Mapping
 
 DONE, INCOMPLETE, FAILED, UNSAFE, INTERRUPTED = 0, 1, 2, 3, 130
@@ -28,7 +27,8 @@ RUN_STATUS = {DONE: "finished", INCOMPLETE: "completed with errors", FAILED: "fa
 
 def safe_state_confirmed(safe_state: Any) -> bool:
     """Whether every chamber's safe-state outcome (one dict, a list of them, or None: no chamber) was confirmed.
-    An outcome without a `confirmed` key (older drivers) counts as confirmed unless it carries an error."""
+    An outcome without a `confirmed` key (a record from before read-backs) counts as confirmed unless it carries an
+    error."""
     entries = safe_state if isinstance(safe_state, list) else [safe_state] if safe_state else []
     return all(e.get("confirmed", not e.get("error")) for e in entries if isinstance(e, Mapping))
 
@@ -37,8 +37,8 @@ def unconfirmed_note(safe_state: Any) -> str | None:
     """One line naming the chambers whose safe state was not confirmed (None when every one was)."""
     entries = safe_state if isinstance(safe_state, list) else [safe_state] if safe_state else []
     bad = [e for e in entries if isinstance(e, Mapping) and not safe_state_confirmed(e)]
-    return ("safe state NOT CONFIRMED on " + ", ".join(f"{e.get('chamber', '?')} ({e.get('error')})" for e in bad)
-            + ": the chamber may be left running") if bad else None
+    return "; ".join(e.get("text") or f"safe state NOT confirmed on {e.get('chamber', '?')} ({e.get('error')})"
+                     for e in bad) if bad else None
 
 
 def exit_code(result: Mapping[str, Any], *, incomplete: bool = False, failed: bool = False) -> int:
@@ -58,16 +58,3 @@ def exit_code(result: Mapping[str, Any], *, incomplete: bool = False, failed: bo
 def outcomes_of(opened: Any) -> list[dict[str, Any]]:
     """The safe-state outcomes of a closed chamber.selection.OpenChambers (or None) as JSON-ready dicts."""
     return [o.to_dict() for o in getattr(opened, "outcomes", None) or ()]
-
-
-def unconfirmed_error() -> type[BaseException] | None:
-    """The driver's exception for a safe state that could not be confirmed while another exception was
-    propagating (chamber SafeStateUnconfirmed), or None with a driver that does not raise one."""
-    for module in ("chamber.errors", "chamber.safe_state", "chamber.selection"):
-        try:
-            found = getattr(import_module(module), "SafeStateUnconfirmed", None)
-        except ImportError:
-            continue
-        if isinstance(found, type) and issubclass(found, BaseException):
-            return found
-    return None

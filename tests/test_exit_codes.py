@@ -12,7 +12,8 @@ import pytest
 
 import bench_cli
 from protocols.claim_sources import load_main_job_claims
-from protocols.exit_codes import RUN_STATUS, exit_code, safe_state_confirmed, unconfirmed_error
+from chamber.safe_state import SafeStateUnconfirmed
+from protocols.exit_codes import RUN_STATUS, exit_code, safe_state_confirmed
 from simulator.board import running_board
 from simulator.board_faults import BoardFaults
 from support import run_cli
@@ -63,7 +64,7 @@ def test_check_exits_3_when_the_link_is_lost_mid_measurement_and_the_safe_state_
     assert "link" in result["reason"]
     assert [o["confirmed"] for o in result["safe_state"]] == [False]
     r = run_cli(capsys, "check", "dps310-operating-range", "--backend", "sim", "--rows", "8")
-    assert r.code == 0 and "NOT CONFIRMED" not in r.out  # the same claim on a healthy chamber: all done
+    assert r.code == 0 and "NOT confirmed" not in r.out  # the same claim on a healthy chamber: all done
 
 
 def test_check_all_without_claim_files_grades_the_pool_run_grades(capsys):
@@ -107,11 +108,8 @@ def test_every_custom_argument_type_names_its_option(capsys):
 def test_main_maps_the_drivers_unconfirmed_safe_state_to_3_and_an_interrupt_to_130(capsys, monkeypatch):
     import protocols.check_job as check_job
 
-    unconfirmed = unconfirmed_error()
-    assert unconfirmed is not None  # chamber.errors.SafeStateUnconfirmed
-
     def left_running(**kw):
-        raise unconfirmed([])
+        raise SafeStateUnconfirmed([])
 
     monkeypatch.setattr(check_job, "check_command", left_running)
     r = run_cli(capsys, "check", "--all", "--backend", "sim")
