@@ -9,6 +9,7 @@ Modelled on ophyd-async's `_mock_signal_utils.py`: a flat module of tiny helpers
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import subprocess
 import sys
@@ -260,3 +261,27 @@ def flaky_model(policy: str, broken: list[bool]) -> Any:
             return self.inner.complete(request)
 
     return FlakyModel()
+
+
+class FullDisk:
+    """A record-file opener whose writes fail once `armed`: half the line goes out, then ENOSPC (a full disk)."""
+
+    def __init__(self, armed: bool = False) -> None:
+        self.armed = armed
+
+    def __call__(self, path: Path) -> "_FillingFile":
+        return _FillingFile(open(path, "ab", buffering=0), self)
+
+
+class _FillingFile:
+    def __init__(self, raw: Any, disk: FullDisk) -> None:
+        self.raw, self.disk = raw, disk
+
+    def write(self, data: bytes) -> int:
+        if self.disk.armed:
+            self.raw.write(bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.raw.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)

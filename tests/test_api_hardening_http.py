@@ -7,7 +7,6 @@ Over HTTP under uvicorn on 127.0.0.1; the chamber is the in-process simulator; c
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 import chamber
 from protocols.api import create_app, running_api, serve_in_thread
 from protocols.api.record import RecordFiles
-from support import ChamberSpy, ManualClock
+from support import ChamberSpy, FullDisk, ManualClock
 
 CLAIM = "dps310-operating-range"
 
@@ -108,30 +107,6 @@ def test_nan_and_infinity_are_never_written_bare(wt, tmp_path, claims):
     requests = [e["body"] for e in lines if e["kind"] == "request" and e["path"].endswith("stage_conditions")]
     assert requests == [{"unparsed": '{"n": NaN}'}, {"unparsed": '{"settings": {"load_in": Infinity}}'},
                         {"unparsed": '{"n": -Infinity}'}]
-
-
-class FullDisk:
-    """Opens record files whose writes fail once armed: half the line goes out, then ENOSPC (a full disk)."""
-
-    def __init__(self) -> None:
-        self.armed = False
-
-    def __call__(self, path: Path):
-        return _FillingFile(open(path, "ab", buffering=0), self)
-
-
-class _FillingFile:
-    def __init__(self, raw, disk: FullDisk) -> None:
-        self.raw, self.disk = raw, disk
-
-    def write(self, data) -> int:
-        if self.disk.armed:
-            self.raw.write(bytes(data[: len(data) // 2]))
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return self.raw.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.raw, name)
 
 
 def test_a_request_that_cannot_be_recorded_never_reaches_the_chamber(wt, tmp_path, claims):

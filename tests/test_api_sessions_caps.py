@@ -21,7 +21,7 @@ import chamber
 from protocols.api import create_app
 from protocols.api.record import RecordFiles, RecordUnavailable, SessionRecord
 from protocols.service_defaults import DEFAULT_MAX_SESSIONS_PER_CLIENT
-from support import ManualClock
+from support import FullDisk, ManualClock
 
 CLAIM = "dps310-operating-range"
 LOOPBACK = "http://127.0.0.1"
@@ -83,30 +83,6 @@ def test_caps_below_one_are_refused(wt, tmp_path, claims):
 
 
 # ---------------------------------------------------------------------------------- no empty record file
-class FullDisk:
-    """Record files whose writes fail once armed: half the line goes out, then ENOSPC."""
-
-    def __init__(self, armed: bool) -> None:
-        self.armed = armed
-
-    def __call__(self, path: Path):
-        return _Filling(open(path, "ab", buffering=0), self)
-
-
-class _Filling:
-    def __init__(self, raw, disk: FullDisk) -> None:
-        self.raw, self.disk = raw, disk
-
-    def write(self, data) -> int:
-        if self.disk.armed:
-            self.raw.write(bytes(data[: len(data) // 2]))
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return self.raw.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.raw, name)
-
-
 def test_a_session_whose_first_line_fails_leaves_no_file(wt, tmp_path, claims):
     disk = FullDisk(armed=True)
     app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims, record_files=RecordFiles(opener=disk))

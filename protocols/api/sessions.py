@@ -151,26 +151,24 @@ class SessionStore:
         """End sessions idle for `idle_s`; then 429 if `client` still holds `max_per_client` open sessions, or the
         server `max_sessions` (lock held)."""
         if client is not None:
-            mine = [x for x in self._sessions.values() if not x.ended and x.client == client]
-            if len(mine) >= self.max_per_client:
-                self._expire_idle(mine)
-                still = sum(1 for x in mine if not x.ended)
-                if still >= self.max_per_client:
-                    raise ApiError("too_many_sessions_for_client",
-                                   f"client {client} holds {still} open sessions, the cap per client "
-                                   f"(max_sessions_per_client = {self.max_per_client}); end one with DELETE "
-                                   f"/sessions/{{id}} or submit_chamber_outcome, or retry once an idle one expires "
-                                   f"({self.idle_s:g} s without a request)", headers={"Retry-After": "60"})
-        open_sessions = [x for x in self._sessions.values() if not x.ended]
-        if len(open_sessions) < self.max_sessions:
+            self._within_cap([x for x in self._sessions.values() if not x.ended and x.client == client],
+                             self.max_per_client, "too_many_sessions_for_client",
+                             f"client {client} holds {{n}} open sessions, the cap per client "
+                             f"(max_sessions_per_client = {self.max_per_client})")
+        self._within_cap([x for x in self._sessions.values() if not x.ended], self.max_sessions, "too_many_sessions",
+                         f"this server holds {{n}} open sessions, its cap (max_sessions = {self.max_sessions})")
+
+    def _within_cap(self, open_sessions: list[Session], cap: int, code: str, held: str) -> None:
+        """Room under `cap` among `open_sessions`, after ending the idle ones; else 429 `code` (`held` says who
+        holds how many: {n})."""
+        if len(open_sessions) < cap:
             return
         self._expire_idle(open_sessions)
         still = sum(1 for x in open_sessions if not x.ended)
-        if still >= self.max_sessions:
-            raise ApiError("too_many_sessions",
-                           f"this server holds {still} open sessions, its cap (max_sessions = {self.max_sessions}); "
-                           f"end one with DELETE /sessions/{{id}} or submit_chamber_outcome, or retry once an idle "
-                           f"session expires ({self.idle_s:g} s without a request)", headers={"Retry-After": "60"})
+        if still >= cap:
+            raise ApiError(code, held.replace("{n}", str(still)) + "; end one with DELETE /sessions/{id} or "
+                           f"submit_chamber_outcome, or retry once an idle session expires ({self.idle_s:g} s without "
+                           "a request)", headers={"Retry-After": "60"})
 
     def _expire_idle(self, sessions: list[Session]) -> None:
         now = self._clock()
