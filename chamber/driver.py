@@ -62,11 +62,19 @@ class Chamber:
         return self
 
     @contextmanager
-    def exclusive(self, timeout: float | None = None) -> Iterator["Chamber"]:
+    def exclusive(self, timeout: float | None = None, *, take_over: bool = False) -> Iterator["Chamber"]:
         """Hold the chamber for several commands (no other thread's exchange in between). `timeout`: wait at most
-        this long for a command in flight on another thread to end, else ChamberBusy."""
-        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
-            raise ChamberBusy(f"expected the chamber to be free within {timeout:g} s, another thread still holds it")
+        this long for a command in flight on another thread to end, else ChamberBusy. `take_over` (the exit path's
+        safe state): after that wait, make the other thread's exchange give up (it fails with LinkLost and the
+        board is settled or reset next) and wait once more."""
+        wait = -1 if timeout is None else max(timeout, 0.0)
+        if not self._lock.acquire(timeout=wait):
+            if take_over:
+                log.warning("another thread still holds the chamber after %g s: abandoning its exchange", timeout)
+                self.backend.abandon()
+            if not take_over or not self._lock.acquire(timeout=wait):
+                raise ChamberBusy(f"expected the chamber to be free within {timeout:g} s, another thread still holds "
+                                  "it")
         try:
             yield self
         finally:

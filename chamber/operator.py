@@ -129,9 +129,9 @@ def _readline_for(shell: Any, history: Path) -> Any:
         return None
 
 
-def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, history: Path) -> int:
-    """The interactive prompt (or a piped script) until quit or end of input; returns the lines executed.
-    Rows go to `stdout` as CSV, replies and refusals to `stderr`."""
+def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, history: Path) -> tuple[int, bool]:
+    """The interactive prompt (or a piped script) until quit, end of input or Ctrl-C; returns the lines executed
+    and whether Ctrl-C (or SIGTERM) ended it. Rows go to `stdout` as CSV, replies and refusals to `stderr`."""
     import time
 
     from chamber.shell import Shell
@@ -141,7 +141,7 @@ def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, histo
     readline = _readline_for(shell, history) if interactive else None
     stderr.write(f"chamber {chamber.layout.chamber}/{chamber.config}; 'help' for instructions, Tab completes, "
                  "Ctrl-D quits\n")
-    lines = 0
+    lines, interrupted = 0, False
     try:
         while True:
             try:
@@ -161,15 +161,16 @@ def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, histo
             stdout.flush()
             if reply.quit:
                 break
-    except KeyboardInterrupt:
-        stderr.write("\n")
+    except KeyboardInterrupt:  # the exchange it cut short is settled by the safe state on the way out
+        interrupted = True
+        stderr.write("\ninterrupted\n")
     finally:
         if readline is not None:
             try:
                 readline.write_history_file(history)
             except OSError:
                 pass
-    return lines
+    return lines, interrupted
 
 
 # --------------------------------------------------------------------------------------------- whole commands
@@ -275,11 +276,11 @@ def safe_text(outcomes: list[dict[str, Any]]) -> str:
 
 def shell_command(selection: Any, *, safe: str | Path | None, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                   history: Path, warn: Say) -> dict[str, Any]:
-    """The interactive shell on the chamber, left in its safe state afterwards."""
+    """The interactive shell on the chamber, left in its safe state afterwards (`interrupted`: Ctrl-C ended it)."""
     opened = _open_one(selection, warn, safe)
     with opened:
-        lines = run_shell(next(iter(opened.chambers.values())), stdin, stdout, stderr, history)
-    return {"lines": lines, "safe_state": opened.outcomes[0].to_dict()}
+        lines, interrupted = run_shell(next(iter(opened.chambers.values())), stdin, stdout, stderr, history)
+    return {"lines": lines, "interrupted": interrupted, "safe_state": opened.outcomes[0].to_dict()}
 
 
 def validate_text(d: dict[str, Any]) -> str:

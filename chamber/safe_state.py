@@ -200,7 +200,7 @@ def apply_safe_state(chamber: Any, safe: SafeState, *, lock_wait: float = LOCK_W
     error: str | None = None
     known = dict(chamber.state())  # what the host last set, should nothing more be learnt
     try:
-        with chamber.exclusive(timeout=lock_wait):
+        with chamber.exclusive(timeout=lock_wait, take_over=True):
             settled = chamber.settle(settle_timeout)
             if settled.how != "idle":
                 log.info("%s: the exchange in flight was %s before the safe state", kind,

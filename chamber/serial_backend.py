@@ -82,6 +82,11 @@ class SerialBackend:
                             "the port", self.url, exc)
         return Settled("reset", self.connect())
 
+    def abandon(self) -> None:
+        session = self._session
+        if session is not None:
+            session.link.abandon()
+
     def close(self) -> None:
         if self._session is not None:
             self._session.close()

@@ -72,6 +72,9 @@ class SimBackend:
         """Nothing to settle: a command here is one function call, never half done on a wire."""
         return Settled("idle")
 
+    def abandon(self) -> None:
+        """Nothing to do: an in-process exchange never waits on a board."""
+
     def close(self) -> None:
         pass
 

@@ -109,6 +109,12 @@ class NoBoardAnswered(LinkLost):
         return self.reason
 
 
+class ExchangeAbandoned(LinkLost):
+    """Another thread abandoned this exchange (Link.abandon): the exit path must make the chamber safe and cannot
+    wait for a long measurement a worker thread holds. The exchange stays recorded as in flight, to be settled or
+    the board reset."""
+
+
 class SettleTimeout(LinkLost):
     """The exchange in flight could not be finished in the time given (the board keeps streaming, or is silent);
     the caller resets the board (reopens the port)."""

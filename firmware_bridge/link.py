@@ -10,6 +10,7 @@ from __future__ import annotations
 import binascii
 import logging
 import select
+import threading
 import time
 from collections import deque
 from typing import Any, Callable, NamedTuple
@@ -18,7 +19,7 @@ import numpy as np
 import serial
 
 from firmware_bridge.batch import check_crcs, decode_uniform, encode_acks
-from firmware_bridge.errors import BoardRebooted, FirmwareError, LinkLost
+from firmware_bridge.errors import BoardRebooted, ExchangeAbandoned, FirmwareError, LinkLost
 from firmware_bridge.packets import (
     END,
     START,
@@ -52,6 +53,9 @@ QUIET_AFTER_ACK_S = 0.005
 receive_packet keeps reading every byte already waiting once it has a packet and throws the rest away
 (serial_comms.cpp), so a command that follows our ACK of the board's reply within the same read is lost and has
 to be resent. 5 ms covers the ACK's ~0.5 ms at 500 kbaud and the USB bridge's latency."""
+ABANDON_POLL_S = 0.25
+"""The longest one wait for bytes lasts before the link looks again whether its exchange was abandoned (callers
+loop until their own deadlines, so a shorter wait changes nothing else)."""
 READ_CHUNK = 1 << 16
 DRAIN_BYTES = 1 << 16
 """After a read, bytes that follow at once are read too (up to about this many) and processed and acknowledged in one
@@ -122,6 +126,7 @@ class Link:
         self._can_select = _has_fileno(port)
         self._waiting_pays = True  # did the last wait for more bytes bring any? (a board with a small window: no)
         self._drains = 0
+        self._abandoned = threading.Event()
 
     # ------------------------------------------------------------------ session numbering
     def restart_numbering(self) -> None:
@@ -133,6 +138,12 @@ class Link:
         self._pending_packet = b""
         self._last_acked = None
         self.reboot_seen = False
+
+    def abandon(self) -> None:
+        """From another thread: make the exchange in progress give up at its next wait for bytes (within
+        ABANDON_POLL_S) with ExchangeAbandoned; every later use of this link does too (the caller settles or
+        reconnects)."""
+        self._abandoned.set()
 
     def restart_splitter(self) -> None:
         """Forget any packet the last read cut in two. Why: an interrupt between a read and its processing loses
@@ -258,6 +269,8 @@ class Link:
     def pump(self, timeout: float) -> bool:
         """Wait up to `timeout` for bytes, then process everything that arrived. True if bytes arrived."""
         self._check_usable()
+        if self._abandoned.is_set():
+            raise ExchangeAbandoned("the exchange was abandoned so that the chamber can be made safe")
         data = self._read(timeout)
         if not data:
             return False
@@ -387,7 +400,7 @@ class Link:
     def _read(self, timeout: float) -> bytes:
         try:
             if self._can_select:
-                ready, _, _ = select.select([self.port.fileno()], [], [], max(timeout, 0.0))
+                ready, _, _ = select.select([self.port.fileno()], [], [], min(max(timeout, 0.0), ABANDON_POLL_S))
                 if not ready:
                     return b""
                 data = self.port.read(READ_CHUNK)

@@ -191,6 +191,40 @@ def test_the_exit_path_waits_for_another_threads_command_but_not_forever():
     assert opened.outcomes[-1].confirmed and opened.outcomes[-1].readback["load_in"] == 0.0
 
 
+def test_the_exit_path_takes_the_chamber_from_a_worker_still_measuring_on_the_real_firmware(firmware_build):
+    """The main job's API worker holds the wind tunnel for a 200-row MSR (~29 s at real pace) when the job is
+    stopped: after the lock wait the worker's exchange is abandoned (it fails with LinkLost), the board is reset
+    and the safe state confirmed, in seconds, not after the measurement."""
+    with real_board(firmware_build, "wt") as url:
+        opened = open_chambers(ChamberSelection(backend="serial", ports=(url,)))
+        chamber = opened.chambers["wt"]
+        chamber.set("load_in", 0.8)
+        started, failure = threading.Event(), []
+
+        def api_worker() -> None:
+            started.set()
+            try:
+                chamber.measure(200)
+            except LinkLost as exc:
+                failure.append(exc)
+
+        worker = threading.Thread(target=api_worker)
+        worker.start()
+        started.wait(10)
+        session, limit = chamber.backend.session, time.monotonic() + 10
+        while session.in_flight is None and time.monotonic() < limit:  # the MSR is on the wire, rows streaming
+            time.sleep(0.01)
+        assert session.in_flight is not None and session.in_flight.command == "MSR"
+        began = time.monotonic()
+        outcome = apply_safe_state(chamber, resolve_safe_state(), lock_wait=1.0)
+        took = time.monotonic() - began
+        worker.join(15)
+        opened.close()
+    assert not worker.is_alive() and failure and "abandoned" in str(failure[0])
+    assert outcome.confirmed and {n: outcome.readback[n] for n in WT_SAFE} == WT_SAFE, outcome.text
+    assert took < 12, f"making safe took {took:.1f} s (the worker's MSR alone would take ~29 s)"
+
+
 @contextmanager
 def unsafe_board(build: Path) -> Iterator[tuple[OpenChambers, Callable[[], None]]]:
     """A wind tunnel running load_in 0.8 whose harness process can be killed (the link is closed by the peer and
