@@ -481,15 +481,13 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_as_interrupt():  # SIGTERM unwinds like Ctrl-C: exit paths apply the safe state
             check_text_files(input_files(vars(args)))  # a missing or undecodable file is named before any work starts
             result = args.handler(args)
-    except BaseException as exc:  # rendered, not swallowed: the type and message tell the user what went wrong
-        unsafe = isinstance(exc, lib("chamber.safe_state").SafeStateUnconfirmed)  # 3: a chamber may run on
-        if isinstance(exc, KeyboardInterrupt) and not unsafe:
-            sys.stderr.write("interrupted\n")
-            return 130
-        if not (unsafe or isinstance(exc, Exception)):
-            raise
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as exc:  # rendered, not swallowed: the type and message tell the user what went wrong
         if args.verbose:
             log.exception("command failed")
+        unsafe = isinstance(exc, lib("chamber.safe_state").SafeStateUnconfirmed)  # 3: a chamber may run on
         return fail(getattr(args, "json", False), type(exc).__name__, error_text(exc), 3 if unsafe else 2)
     return int(result or 0)
 

@@ -104,7 +104,6 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     except BaseException:
         opened.close()
         raise
-    write_run_pool(folder.run_dir, pool, sources)  # what `score` and `report` grade this run's cells against
     if folder.resumed:
         progress.say(f"resuming run {folder.run_id} (finished agent cells are kept; --new starts afresh)")
     summary: dict[str, Any] = {"run_id": folder.run_id, "run_dir": str(folder.run_dir), "backend": backend}
@@ -117,6 +116,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     try:
         try:
             with opened, contextlib.ExitStack() as stack:
+                write_run_pool(folder.run_dir, pool, sources)  # what `score` and `report` grade the cells against
                 where += opened.provenance()
                 chambers, summary["live_view"], graded = start_live_view(stack, opened.chambers)
                 progress.say(f"live view: {summary['live_view']}")

@@ -111,8 +111,8 @@ class NoBoardAnswered(LinkLost):
 
 class ExchangeAbandoned(LinkLost):
     """Another thread abandoned this exchange (Link.abandon): the exit path must make the chamber safe and cannot
-    wait for a long measurement a worker thread holds. The exchange stays recorded as in flight, to be settled or
-    the board reset."""
+    wait for a long measurement a worker thread holds. The link is given up; the board is reset by reopening the
+    port."""
 
 
 class SettleTimeout(LinkLost):

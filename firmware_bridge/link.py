@@ -10,7 +10,6 @@ from __future__ import annotations
 import binascii
 import logging
 import select
-import threading
 import time
 from collections import deque
 from typing import Any, Callable, NamedTuple
@@ -126,7 +125,6 @@ class Link:
         self._can_select = _has_fileno(port)
         self._waiting_pays = True  # did the last wait for more bytes bring any? (a board with a small window: no)
         self._drains = 0
-        self._abandoned = threading.Event()
 
     # ------------------------------------------------------------------ session numbering
     def restart_numbering(self) -> None:
@@ -140,10 +138,10 @@ class Link:
         self.reboot_seen = False
 
     def abandon(self) -> None:
-        """From another thread: make the exchange in progress give up at its next wait for bytes (within
-        ABANDON_POLL_S) with ExchangeAbandoned; every later use of this link does too (the caller settles or
-        reconnects)."""
-        self._abandoned.set()
+        """From another thread: mark the link lost (ExchangeAbandoned), so the exchange in progress gives up at its
+        next wait for bytes (within ABANDON_POLL_S) and every later use is refused until the port is reopened (the
+        board is reset: what it still owes cannot be settled on a link given up)."""
+        self.broken = ExchangeAbandoned("the exchange was abandoned so that the chamber can be made safe")
 
     def restart_splitter(self) -> None:
         """Forget any packet the last read cut in two. Why: an interrupt between a read and its processing loses
@@ -212,6 +210,8 @@ class Link:
         one. A board inside an MSR ignores it until OK,DONE (it reads only ACKs then), so this may take as long as
         the rows it still owes. True once ACKed (or nothing was pending)."""
         clock = self._clock
+        if self._pending is not None:
+            self.pump(0)  # the ACK may already be waiting (an interrupt while awaiting it): no needless resend
         while self._pending is not None:
             remaining = deadline - clock()
             if remaining <= 0:
@@ -269,8 +269,6 @@ class Link:
     def pump(self, timeout: float) -> bool:
         """Wait up to `timeout` for bytes, then process everything that arrived. True if bytes arrived."""
         self._check_usable()
-        if self._abandoned.is_set():
-            raise ExchangeAbandoned("the exchange was abandoned so that the chamber can be made safe")
         data = self._read(timeout)
         if not data:
             return False

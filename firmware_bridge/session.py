@@ -389,9 +389,9 @@ class Mk1Session:
                                         f"{exchange.rows_left} row(s) left) by the deadline, received no more")
                 link.pump(remaining)
                 continue
-            item = link.take(max(1, exchange.rows_left) if exchange.stage == "rows" else 1)[0]
+            item = link.take(1)[0]  # one message at a time: a run of rows and OK,DONE may arrive in one read
             data = item.data
-            if item.count > 1 or (exchange.command == "MSR" and item.size == row_bytes and data != OK_DONE.encode()):
+            if exchange.command == "MSR" and item.size == row_bytes and data != OK_DONE.encode():
                 exchange.rows_left -= item.count
                 last_row = item
                 continue

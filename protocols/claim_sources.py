@@ -131,8 +131,7 @@ def read_run_pool(path: Path) -> RunPool:
         doc = read_data_file(path, what="claim pool", expected="a claim pool (JSON) written by a run",
                              max_bytes=RUN_POOL_MAX_BYTES)
     except ModelFileError as e:
-        expected = "" if "expected" in e.problem else "; expected a claim pool (JSON) written by a run"
-        raise ClaimFileError(str(path), None, None, e.problem + expected) from None
+        raise ClaimFileError(str(path), None, None, e.problem) from None
     try:
         pool = RunPool.model_validate(doc)
     except ValidationError as e:

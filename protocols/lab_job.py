@@ -225,7 +225,7 @@ def sweep_live_reading(results: Sequence[CheckResult], run_dir: Path,
                        progress: JobProgress = Quiet()) -> dict[str, Any]:
     """The perturbation sweep on the live operating-range reading (held fixed, the upper bound moved); skipped,
     saying why, when that claim was not graded (not selected) or gave no measurement."""
-    from protocols.sweep import plot_sweep, sweep, write_sweep_csv
+    from protocols.sweep import sweep, write_sweep_files
 
     live = next((r for r in results if r.claim.id == SWEEP_CLAIM), None)
     if live is None:
@@ -237,8 +237,7 @@ def sweep_live_reading(results: Sequence[CheckResult], run_dir: Path,
     result = sweep(live.claim, m.value, m.u, unit=m.unit, steps=41, dof=m.dof)
     d = result.to_dict()
     write_json_atomic(run_dir / "sweep.json", d)
-    write_sweep_csv(result, run_dir / "sweep.csv")
-    plot_sweep(result, run_dir / "sweep.png")
+    write_sweep_files(result, csv_path=run_dir / "sweep.csv", plot_path=run_dir / "sweep.png")  # both or neither
     # Where the verdict changes: the exact flip points m ± c (closed band: inconclusive at the point itself).
     return {"claim_id": d["claim_id"], "measured": d["measured"], "combined_uncertainty": d["combined_uncertainty"],
             "verdict_changes_at": d["flip_points"], "figure": str(run_dir / "sweep.png")}

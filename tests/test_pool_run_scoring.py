@@ -133,7 +133,10 @@ def test_no_pool_file_is_none_and_a_damaged_one_names_file_claim_and_field(pool,
     msg = str(err.value)
     assert str(path) in msg and bad["id"] in msg and "source.page" in msg and "88-page" in msg
     path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(ClaimFileError, match="expected a claim pool"):
+    with pytest.raises(ClaimFileError, match=r"claim_pool\.json.*not JSON \(Expecting property name"):
+        load_run_pool(tmp_path)
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(ClaimFileError, match="empty document; expected a claim pool"):
         load_run_pool(tmp_path)
 
 

@@ -225,6 +225,34 @@ def test_the_exit_path_takes_the_chamber_from_a_worker_still_measuring_on_the_re
     assert took < 12, f"making safe took {took:.1f} s (the worker's MSR alone would take ~29 s)"
 
 
+def test_a_worker_that_ends_its_command_without_reading_again_after_the_take_over_still_leaves_it_safe(
+        firmware_build):
+    """The take-over gives the link up; a worker that then ends its command without another read (its last read
+    brought the reply) must not leave the exit path a link that refuses the safe SETs: the board is reset."""
+    with real_board(firmware_build, "wt") as url:
+        opened = open_chambers(ChamberSelection(backend="serial", ports=(url,)))
+        chamber = opened.chambers["wt"]
+        chamber.set("load_in", 0.8)
+        link = chamber.backend.session.link
+        holding = threading.Event()
+
+        def api_worker() -> None:  # holds the chamber, then ends once it was given up, reading nothing more
+            with chamber.exclusive():
+                holding.set()
+                limit = time.monotonic() + 10
+                while link.broken is None and time.monotonic() < limit:
+                    time.sleep(0.01)
+
+        worker = threading.Thread(target=api_worker)
+        worker.start()
+        holding.wait(10)
+        outcome = apply_safe_state(chamber, resolve_safe_state(), lock_wait=0.5)
+        worker.join(10)
+        opened.close()
+    assert outcome.confirmed and {n: outcome.readback[n] for n in WT_SAFE} == WT_SAFE, outcome.text
+    assert chamber.link_stats()["reconnects"] >= 1  # the given-up link was reopened, the board reset
+
+
 @contextmanager
 def unsafe_board(build: Path) -> Iterator[tuple[OpenChambers, Callable[[], None]]]:
     """A wind tunnel running load_in 0.8 whose harness process can be killed (the link is closed by the peer and

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlparse
 
-from protocols.datasheets import DatasheetIdentity, UnknownDatasheet, sha256_of
+from protocols.datasheets import DatasheetIdentity, datasheet_for, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +125,7 @@ def identities(part: str | None) -> list[DatasheetIdentity]:
     from protocols.claim_sources import main_job_datasheets
 
     known = main_job_datasheets()
-    if part is None:
-        return known
-    for d in known:
-        if d.part.lower() == part.strip().lower():
-            return [d]
-    raise UnknownDatasheet(f"no datasheet for part {part!r}; known: {', '.join(d.part for d in known)}")
+    return known if part is None else [datasheet_for(part, tuple(known))]
 
 
 def fetch_datasheets(part: str | None, folder: Path, mirror: str | None, *, get: HttpGetter | None = None,

@@ -74,7 +74,7 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
     from agent.models import client_for
     from agent.runindex import RunIndex
     from agent.scoring.pricing import load_price_table
-    from protocols.claim_sources import write_run_pool
+    from protocols.claim_sources import MAIN_JOB_POOL, write_run_pool
 
     if out.exists() and not out.is_dir():
         raise MatrixRefused(f"--out {out} is a file; expected a folder (new or a run folder to resume)")
@@ -87,7 +87,7 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
                             "CHAMBERLAB_SHARED)")
     cells = plan(list(models), ids, repeats, list(arms))
     out.mkdir(parents=True, exist_ok=True)
-    write_run_pool(out, claims, list(claim_sources) or ["the claims given to matrix (sources not named)"])
+    write_run_pool(out, claims, [str(p) for p in claim_sources] or [MAIN_JOB_POOL])  # no --claims PATH: run's pool
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with RunIndex(out / "index.sqlite") as index, contextlib.ExitStack() as stack:
         where = CellIndex(index, out.name)
