@@ -28,6 +28,7 @@ from typing import Iterable, Mapping, Union
 from chamber.catalogue import VariableCatalogue
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.limits import ControllerUnbounded
+from firmware_bridge.model_file import ModelFileError, read_text_capped
 from firmware_bridge.variables import Kind
 
 # The authors' regular expressions (control/messages.py), anchored the same way.
@@ -133,6 +134,15 @@ class ProtocolError(ChamberError, ValueError):
         super().__init__(f"{source}: {len(problems)} line(s) cannot run, nothing was sent: {shown}{more}")
 
 
+class ProtocolFileError(ProtocolError):
+    """A protocol file that cannot be read at all (missing, too large, not UTF-8): the file, not a line, at fault;
+    worded as every input file's error (firmware_bridge.model_file): the file, what arrived, what was expected."""
+
+    def __init__(self, source: str, problem: str):
+        self.source, self.problems = source, []
+        ChamberError.__init__(self, f"{source}: {problem}; nothing was sent")
+
+
 @dataclass(frozen=True)
 class Protocol:
     source: str
@@ -209,20 +219,10 @@ def parse_protocol(lines: Iterable[str], source: str = "<protocol>") -> Protocol
 
 def load_protocol(path: str | Path) -> Protocol:
     """Read and parse a protocol file (UTF-8, as the authors' loader reads it)."""
-    path = Path(path)
     try:
-        size = path.stat().st_size
-    except OSError:
-        size = 0  # read_text below names why the file cannot be read
-    if size > PROTOCOL_MAX_BYTES:
-        raise ProtocolError(str(path), [Problem(0, "", f"a protocol file of at most {PROTOCOL_MAX_BYTES >> 20} MiB, "
-                                                       f"got {size} bytes")])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProtocolError(str(path), [Problem(0, "", f"a readable protocol file ({exc.strerror or exc})")]) from None
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(str(path), [Problem(0, "", f"UTF-8 text ({exc})")]) from None
+        text = read_text_capped(path, source=str(path), max_bytes=PROTOCOL_MAX_BYTES)
+    except ModelFileError as exc:
+        raise ProtocolFileError(str(path), exc.problem) from None
     return parse_protocol(text.splitlines(), str(path))
 
 

@@ -296,8 +296,8 @@ def test_a_protocol_file_above_its_cap_is_refused_before_it_is_read(tmp_path):
     with path.open("wb") as fh:  # sparse: stat() says 16 MiB + 1, nothing to read but zeros
         fh.truncate(PROTOCOL_MAX_BYTES + 1)
     one_line(refused_fast(load_protocol, path, ProtocolError),
-             f"{path}: 1 line(s) cannot run, nothing was sent: line 0: '': expected a protocol file of at most 16 MiB,"
-             f" got {PROTOCOL_MAX_BYTES + 1} bytes")
+             f"{path}: {PROTOCOL_MAX_BYTES + 1} bytes (16.0 MiB); expected a file of at most {PROTOCOL_MAX_BYTES} "
+             "bytes (16.0 MiB); nothing was sent")
 
 
 # ------------------------------------------------------------------------------------------------ every number
