@@ -268,10 +268,15 @@ def rows_text(d: dict[str, Any]) -> str:
 
 
 def safe_text(outcomes: list[dict[str, Any]]) -> str:
-    """`safe state wt: load_in=0, ...` per chamber, or FAILED with the error."""
-    return "; ".join(f"safe state {o['chamber']}: " + (f"FAILED ({o['error']})" if o["error"] else
-                     ", ".join(f"{k}={v:g}" for k, v in o["applied"].items()) or "nothing to set")
-                     for o in outcomes)
+    """`safe state wt: load_in=0, ... (read back)` per chamber, or the driver's own line when it was not confirmed
+    (what may be left running, and why)."""
+    def one(o: dict[str, Any]) -> str:
+        if o["error"]:
+            return o.get("text") or f"safe state {o['chamber']}: FAILED ({o['error']})"
+        applied = ", ".join(f"{k}={v:g}" for k, v in o["applied"].items()) or "nothing to set"
+        return f"safe state {o['chamber']}: {applied}" + (" (read back)" if o.get("confirmed") else "")
+
+    return "; ".join(one(o) for o in outcomes)
 
 
 def shell_command(selection: Any, *, safe: str | Path | None, stdin: TextIO, stdout: TextIO, stderr: TextIO,

@@ -71,7 +71,7 @@ class SerialBackend:
         reopening the port. FirmwareError (a halted board) is left to the caller, which resets it."""
         session = self._session
         if session is not None and session.link.broken is None:
-            if session.in_flight is None and session.link.unacknowledged is None:
+            if not session.owes:
                 return Settled("idle")
             try:
                 return Settled("finished", session.settle(session.link.now() + timeout))

@@ -68,7 +68,7 @@ class BoardPace:
 
     resend_s: float
     stall_s: float
-    row_s: float = 0.2
+    row_s: float
 
 
 BOARD_PACE = {"wt": BoardPace(resend_s=0.3, stall_s=3.0, row_s=0.2),
@@ -303,7 +303,7 @@ class Mk1Session:
     def _begin(self, exchange: Exchange) -> Exchange:
         """Record `exchange` as the one in flight; refused (nothing sent) while an interrupted one is unsettled."""
         self.link._check_usable()  # a halted board or a lost link says so first
-        if self.in_flight is not None or self.link.unacknowledged is not None:
+        if self.owes:
             what = self.in_flight.text if self.in_flight is not None else f"segment {self.link.unacknowledged}"
             raise LinkLost(f"expected the interrupted {what!r} to be settled before {exchange.text!r}; "
                            "nothing was sent")
@@ -320,11 +320,16 @@ class Mk1Session:
                 self.in_flight = None
             raise
 
+    @property
+    def owes(self) -> bool:
+        """Whether an interrupted exchange is unsettled: a command in flight, or our segment not yet ACKed."""
+        return self.in_flight is not None or self.link.unacknowledged is not None
+
     def settle_estimate(self) -> float:
         """Seconds the exchange in flight may still take on this board (0: none): the ACK of our segment, the
         reply (with motion), the rows an MSR still owes at this board's row period (BOARD_PACE), a reboot."""
         exchange = self.in_flight
-        if exchange is None and self.link.unacknowledged is None:
+        if not self.owes:
             return 0.0
         seconds = 3 * self.link.resend_after + self.timing.reply_timeout
         if exchange is not None:
@@ -348,7 +353,7 @@ class Mk1Session:
         link = self.link
         link.restart_splitter()
         exchange = self.in_flight
-        if exchange is None and link.unacknowledged is None:
+        if not self.owes:
             return None
         clock = link._clock
         what = exchange.text if exchange is not None else f"segment {link.unacknowledged}"
