@@ -135,6 +135,8 @@ class OpenChambers:
                 self.outcomes.append(outcome)
                 if not outcome.confirmed:
                     self.warn(f"warning: {outcome.text}")
+                elif propagating is not None:  # no result will carry it: say here that the chamber is safe
+                    self.warn(outcome.text)
             self.chambers = {}
             self._stack.close()
         interrupt = KeyboardInterrupt(received[0]) if received and propagating is None else None
