@@ -25,18 +25,22 @@ RUN_STATUS = {DONE: "finished", INCOMPLETE: "completed with errors", FAILED: "fa
 """`run`'s status in its index row and summary for each exit code: the two always say the same thing."""
 
 
-def safe_state_confirmed(safe_state: Any) -> bool:
-    """Whether every chamber's safe-state outcome (one dict, a list of them, or None: no chamber) was confirmed.
+def _unconfirmed(safe_state: Any) -> list[Mapping[str, Any]]:
+    """The outcomes (`safe_state`: one dict, a list of them, or None: no chamber) whose safe state was not confirmed.
     An outcome without a `confirmed` key (a record from before read-backs) counts as confirmed unless it carries an
     error."""
     entries = safe_state if isinstance(safe_state, list) else [safe_state] if safe_state else []
-    return all(e.get("confirmed", not e.get("error")) for e in entries if isinstance(e, Mapping))
+    return [e for e in entries if isinstance(e, Mapping) and not e.get("confirmed", not e.get("error"))]
+
+
+def safe_state_confirmed(safe_state: Any) -> bool:
+    """Whether every chamber's safe-state outcome was confirmed (see _unconfirmed)."""
+    return not _unconfirmed(safe_state)
 
 
 def unconfirmed_note(safe_state: Any) -> str | None:
     """One line naming the chambers whose safe state was not confirmed (None when every one was)."""
-    entries = safe_state if isinstance(safe_state, list) else [safe_state] if safe_state else []
-    bad = [e for e in entries if isinstance(e, Mapping) and not safe_state_confirmed(e)]
+    bad = _unconfirmed(safe_state)
     return "; ".join(e.get("text") or f"safe state NOT confirmed on {e.get('chamber', '?')} ({e.get('error')})"
                      for e in bad) if bad else None
 
