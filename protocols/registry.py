@@ -63,6 +63,15 @@ def protocol_for(claim: Claim) -> Declaration | None:
     return BY_KEY[claim.protocol]
 
 
+def declared_protocol(claim: Claim) -> Declaration | None:
+    """The claim's chamber protocol, or None when it has none or names one that is not declared (for a caller that
+    only describes or plans a call: the call itself refuses an undeclared protocol, naming the known keys)."""
+    try:
+        return protocol_for(claim)
+    except UnknownProtocol:
+        return None
+
+
 def instrument_protocol_for(claim: Claim, station: Any | None) -> Declaration | None:
     """The claim's instrument protocol when `station` has every instrument it needs wired to the claim's part."""
     if station is None or claim.instrument_protocol is None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from protocols.claims import Claim
-from protocols.registry import protocol_for
+from protocols.registry import declared_protocol
 
 from .errors import ApiError
 from protocols.canonical import canonical_json, sha256_hex
@@ -43,10 +43,7 @@ _COMPONENT_CHAMBER = {"DPS310": "wt", "A4988": "wt", "ACS70331": "wt", "Si115x":
 def preferred_chamber(claim: Claim, connected: list[str]) -> str | None:
     """The chamber a session's tools use by default: the protocol's, else the component's, else any connected."""
     wanted: str | None = None
-    try:
-        protocol = protocol_for(claim)
-    except KeyError:
-        protocol = None
+    protocol = declared_protocol(claim)
     if protocol is not None and protocol.chamber is not None:
         wanted = protocol.chamber
     wanted = wanted or _COMPONENT_CHAMBER.get(claim.component)

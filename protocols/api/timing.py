@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from protocols.claims import Claim
 from protocols.planner import PlanItem, change_seconds, plan
-from protocols.registry import protocol_for
+from protocols.registry import declared_protocol
 
 NOMINAL_ROW_S: Mapping[str, float] = {"wt": 1.0 / 7.0, "lt": 1.0 / 12.0}
 """The real boards' pace: the wind tunnel reads about 7 rows/s, the light tunnel 12 (simulator/params.py)."""
@@ -34,10 +34,7 @@ def nominal_row_s(kind: str, config: str | None) -> float:
 
 def protocol_chamber(claim: Claim) -> str | None:
     """The chamber the claim's protocol runs on (None: no protocol, or one decided without a chamber)."""
-    try:
-        declaration = protocol_for(claim)
-    except KeyError:
-        return None
+    declaration = declared_protocol(claim)
     return None if declaration is None else declaration.chamber
 
 
@@ -76,10 +73,7 @@ def planned_seconds(tool: str, args: Any, kinds: list[str], claim: Claim, *, sta
 
 def _protocol_seconds(claim: Claim, rows: int, settle_rows: int, state: Callable[[str], Mapping[str, float]],
                       row_s: Callable[[str], float]) -> float:
-    try:
-        declaration = protocol_for(claim)
-    except KeyError:
-        return 0.0
+    declaration = declared_protocol(claim)
     if declaration is None or declaration.chamber is None:
         return 0.0
     kind = declaration.chamber

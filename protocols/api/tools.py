@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from calibration.budget import coverage_factor
 from calibration.cross_sensor import BAROMETER_OSR, BAROMETERS, CalibrationError
 from firmware_bridge.variables import Kind
-from protocols.registry import protocol_for
+from protocols.registry import declared_protocol
 from protocols.runner import ProtocolContext, check_claim, cross_sensor_in_place
 
 from .errors import ApiError
@@ -93,10 +93,7 @@ class ToolEnvironment:
         claim = session.claim
         parts = self._claim_parts.get(claim.id)
         if parts is None:
-            try:
-                protocol = protocol_for(claim)
-            except KeyError:
-                protocol = None
+            protocol = declared_protocol(claim)
             parts = (jsonable({"id": claim.id, "component": claim.component, "parameter": claim.parameter,
                                "unit": claim.unit}),
                      None if protocol is None else jsonable(protocol.describe()))
