@@ -14,8 +14,8 @@ import numpy as np
 import serial
 
 from firmware_bridge.link import RESEND_AFTER_S
-from firmware_bridge.packets import PacketSplitter, decode_body
-from firmware_bridge.segments import Segment, decode_segment
+from firmware_bridge.packets import PacketSplitter, segment_of
+from firmware_bridge.segments import Segment
 from firmware_bridge.session import Timing
 from firmware_bridge.variables import Kind, Layout, layout_for
 
@@ -109,8 +109,7 @@ class InterruptingPort:
         data = self._port.read(size)
         if self._armed and data:
             for body in self._splitter.feed(data).bodies:
-                raw = decode_body(body)
-                segment = decode_segment(raw) if raw is not None else None
+                segment = segment_of(body)
                 if segment is None or not self._armed or not self._armed[0][0](segment):
                     continue
                 _, signum = self._armed.pop(0)

@@ -25,8 +25,8 @@ from firmware_bridge.packets import (
     PacketSplitter,
     Split,
     check_message_fits,
-    decode_body,
     encode_packet,
+    segment_of,
 )
 from firmware_bridge.segments import (
     CRC_LEN,
@@ -37,7 +37,6 @@ from firmware_bridge.segments import (
     Arrival,
     Endpoint,
     LinkCounters,
-    decode_segment,
     seq_distance,
 )
 
@@ -371,8 +370,7 @@ class Link:
         return True
 
     def _take_one(self, body: bytes, now: float, acks: list[int]) -> None:
-        raw = decode_body(body)
-        segment = decode_segment(raw) if raw is not None else None
+        segment = segment_of(body)
         if segment is None:
             self.counters.crc_failures += 1
             return

@@ -10,7 +10,7 @@ import binascii
 from dataclasses import dataclass, field
 
 from firmware_bridge.errors import ERROR_REPORT, PacketTooLong
-from firmware_bridge.segments import CRC_LEN, HEADER_LEN
+from firmware_bridge.segments import CRC_LEN, HEADER_LEN, Segment, decode_segment
 
 START = 0x00
 END = 0x04
@@ -125,3 +125,10 @@ class PacketSplitter:
             self._outside = bytearray()
         if len(self._outside) > self._max_outside:
             self._outside = bytearray()
+
+
+def segment_of(body: bytes) -> Segment | None:
+    """The segment a packet's body carries, or None when its base64 or its CRC is bad (dropped silently, as the
+    firmware does): the one reading both ends (host, emulated board) and the test tools share."""
+    raw = decode_body(body)
+    return decode_segment(raw) if raw is not None else None

@@ -48,9 +48,9 @@ import numpy as np
 
 from firmware_bridge.batch import build_segments, encode_acks, frame_uniform
 from firmware_bridge.link import RESEND_AFTER_S  # the protocol's ACK_TIMEOUT, the board's as well as the host's
-from firmware_bridge.packets import decode_body, encode_packet
+from firmware_bridge.packets import encode_packet, segment_of
 from firmware_bridge.rows import encode_rows
-from firmware_bridge.segments import SEQ_MODULO, Arrival, Endpoint, LinkCounters, decode_segment, next_seq
+from firmware_bridge.segments import SEQ_MODULO, Arrival, Endpoint, LinkCounters, next_seq
 from firmware_bridge.variables import COUNTER_PERIOD
 from simulator.board_faults import BoardFaults, every
 from simulator.board_receive import END_BYTE, FirmwareParser
@@ -266,8 +266,7 @@ class BoardProtocol:
             i = j
 
     def _on_packet(self, body: bytes, now: float) -> None:
-        raw = decode_body(body)
-        segment = decode_segment(raw) if raw is not None else None
+        segment = segment_of(body)
         if segment is None:
             self.counters.crc_failures += 1
             return

@@ -5,7 +5,7 @@ Why a proxy: the verdict must not trust the command's own claim (its summary, it
 a fresh board per connection and ends it when the host hangs up, so after the command exits there is no board
 left to ask. The proxy sits on the wire, forwards every byte both ways unchanged (in order; only a hold, below,
 delays the board's bytes), and decodes the Mk1 framing as it passes with firmware_bridge's own decoders
-(PacketSplitter, decode_body, decode_segment, Endpoint.classify, parse_variables, layout_from_names, RowChecker).
+(PacketSplitter, segment_of, Endpoint.classify, parse_variables, layout_from_names, RowChecker).
 What it records per connection: every host instruction (`SET,load_in,0.8`, `MSR,25,0`, `RST`) with its time,
 resends counted, whether the board ACKed it; every board text reply and error report; every row, decoded in the
 announced VARIABLES_LIST layout, and whether the host ACKed it (read it).
@@ -52,9 +52,9 @@ from typing import Any, Callable, Iterable
 
 from firmware_bridge.errors import FrameRejected
 from firmware_bridge.messages import CHAMBER_CONFIG, RST, VARIABLES_LIST, parse_variables
-from firmware_bridge.packets import END, START, PacketSplitter, decode_body
+from firmware_bridge.packets import END, START, PacketSplitter, segment_of
 from firmware_bridge.rows import RowChecker
-from firmware_bridge.segments import FIRST_SEQ, Arrival, Endpoint, Segment, decode_segment
+from firmware_bridge.segments import FIRST_SEQ, Arrival, Endpoint, Segment
 from firmware_bridge.variables import Layout, layout_from_names
 
 SAFE_VALUES: dict[str, dict[str, float]] = {
@@ -301,8 +301,7 @@ class _Direction:
         split = self.splitter.feed(piece)
         out: list[Segment] = []
         for body in split.bodies:
-            raw = decode_body(body)
-            segment = decode_segment(raw) if raw is not None else None
+            segment = segment_of(body)
             if segment is None:
                 record.note(f"{where}: a packet failed base64/CRC ({len(body)} bytes)")
             else:

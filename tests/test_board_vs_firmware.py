@@ -20,8 +20,8 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 
-from firmware_bridge.packets import PacketSplitter, decode_body, encode_packet
-from firmware_bridge.segments import Arrival, Endpoint, decode_segment
+from firmware_bridge.packets import PacketSplitter, encode_packet, segment_of
+from firmware_bridge.segments import Arrival, Endpoint
 from firmware_bridge.variables import Kind, layout_for
 from firmware_harness import firmware_build, real_board  # noqa: F401  (the fixture)
 from simulator.board import running_board
@@ -72,8 +72,7 @@ class RawHost:
             split = self.splitter.feed(chunk)
             seen.reports += split.error_reports
             for body in split.bodies:
-                raw = decode_body(body)
-                segment = decode_segment(raw) if raw is not None else None
+                segment = segment_of(body)
                 if segment is None:
                     continue
                 if segment.is_ack:
