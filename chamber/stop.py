@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -42,46 +42,47 @@ class StopRequest:
 
 
 @contextmanager
-def stop_on_signals(stop: StopRequest | None = None) -> Iterator[StopRequest]:
-    """While inside: SIGINT/SIGTERM request a stop (the second one raises KeyboardInterrupt). Handlers are
-    restored on exit. Outside the main thread (signals cannot be caught there) the request is only programmatic."""
-    stop = stop or StopRequest()
+def _handled_by(handler: Callable[[int, Any], None], signals: tuple[signal.Signals, ...]) -> Iterator[bool]:
+    """While inside: `handler` handles `signals`, the previous handlers restored on exit. Yields False (and changes
+    nothing) outside the main thread, where Python delivers no signals."""
     if threading.current_thread() is not threading.main_thread():
-        yield stop
+        yield False
         return
-
-    def handler(signum: int, _frame: Any) -> None:
-        if stop.requested:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
-        stop.request(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, handler) for s in signals}
     try:
-        yield stop
+        yield True
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
 
 
 @contextmanager
+def stop_on_signals(stop: StopRequest | None = None) -> Iterator[StopRequest]:
+    """While inside: SIGINT/SIGTERM request a stop (the second one raises KeyboardInterrupt). Handlers are
+    restored on exit. Outside the main thread (signals cannot be caught there) the request is only programmatic."""
+    stop = stop or StopRequest()
+
+    def handler(signum: int, _frame: Any) -> None:
+        if stop.requested:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+        stop.request(signal.Signals(signum).name)
+
+    with _handled_by(handler, STOP_SIGNALS):
+        yield stop
+
+
+@contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """While inside: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so `finally` blocks (safe state, run
     index) run instead of the process dying where it stands."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
+    with _handled_by(handler, (signal.SIGTERM,)):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
-_deferring = threading.local()
+_deferring = False  # signals are being deferred (only the main thread installs handlers, so one flag will do)
 
 
 @contextmanager
@@ -90,10 +91,8 @@ def signals_deferred(what: str = "the chamber is being made safe") -> Iterator[l
     short the way the command was; the first one logs one line saying `what` is finishing first. Yields the list
     of signal names received; the caller decides what they mean once done (a stop). Nested use defers to the
     outermost. Elsewhere (no signals there) it only yields the empty list."""
+    global _deferring
     received: list[str] = []
-    if threading.current_thread() is not threading.main_thread() or getattr(_deferring, "active", False):
-        yield received
-        return
 
     def handler(signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -101,11 +100,12 @@ def signals_deferred(what: str = "the chamber is being made safe") -> Iterator[l
             log.warning("%s received: %s first; it ends within its time bound", name, what)
         received.append(name)
 
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    _deferring.active = True
-    try:
+    if _deferring:
         yield received
-    finally:
-        _deferring.active = False
-        for s, old in previous.items():
-            signal.signal(s, old)
+        return
+    with _handled_by(handler, STOP_SIGNALS) as installed:
+        _deferring = installed
+        try:
+            yield received
+        finally:
+            _deferring = False
