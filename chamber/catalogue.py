@@ -45,6 +45,12 @@ class VariableCatalogue:
                 raise InvalidSetting(name, value, f"{limit.describe()} (operator limits)")
         return number
 
+    def inputs_after(self, state: dict[str, float], numbers: dict[str, float]) -> dict[str, float]:
+        """The inputs (actuators) once the validated `numbers` are set on top of `state`: what check_measurable
+        judges (sensor overrides and the flag are not inputs)."""
+        return {**state, **{name: value for name, value in numbers.items()
+                            if (variable := self.layout.get(name)) is not None and variable.kind is Kind.ACTUATOR}}
+
     def check_measurable(self, state: dict[str, float]) -> None:
         """Refuse a measurement the pressure controller could spend driving a fan beyond its operator limit
         (ControllerUnbounded, naming the fans to pin); `state` is what the host has set since the last reset."""

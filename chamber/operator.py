@@ -39,12 +39,10 @@ def measure_job(chamber: Any, n: int, settings: dict[str, str], *, stop: Any, on
     setting and the measurement itself (the pressure controller's operator-limit rule, on the inputs as they will
     be) are checked before the first SET is sent."""
     from chamber.protocol_runner import measure_rows
-    from firmware_bridge.variables import Kind
 
     catalogue = chamber.catalogue
     numbers = {name: catalogue.validate(name, value) for name, value in settings.items()}
-    catalogue.check_measurable({**chamber.state(), **{name: number for name, number in numbers.items()
-                                                      if catalogue.variable(name).kind is Kind.ACTUATOR}})
+    catalogue.check_measurable(catalogue.inputs_after(chamber.state(), numbers))
     applied = chamber.set_many(settings)
     frame, interrupted = measure_rows(chamber, n, on_progress=on_progress, stop=stop, chunk_rows=chunk_rows)
     if frame is None:

@@ -29,7 +29,6 @@ from chamber.catalogue import VariableCatalogue
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.limits import ControllerUnbounded
 from firmware_bridge.model_file import ModelFileError, read_text_capped
-from firmware_bridge.variables import Kind
 
 # The authors' regular expressions (control/messages.py), anchored the same way.
 _SET = re.compile(r"^SET,([a-z0-9_]*),(-?\d*\.?\d*|1/\d*)$")
@@ -270,9 +269,7 @@ def check_measurements(protocol: Protocol, catalogue: VariableCatalogue, numbers
     problems: list[Problem] = []
     for instruction in protocol.instructions:
         if isinstance(instruction, SetInstruction) and instruction.line in numbers:
-            variable = catalogue.layout.get(instruction.variable)
-            if variable is not None and variable.kind is Kind.ACTUATOR:
-                inputs[instruction.variable] = numbers[instruction.line]
+            inputs = catalogue.inputs_after(inputs, {instruction.variable: numbers[instruction.line]})
         elif isinstance(instruction, ResetInstruction):
             inputs.clear()
         elif isinstance(instruction, MeasureInstruction):
