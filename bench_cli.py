@@ -229,7 +229,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
         ("run", "the main job: chambers, calibration, all checks, the sweep, the agent, scores, report",
          job("agent.main_job:run_main_job", "summary_text",
              job=lambda a: lib("agent.main_job").MainJob.pick({**vars(a), "datasheets_dir": sheets(a)}),
-             progress=lambda a: lib("protocols.lab_job").TextProgress(sys.stderr)), [
+             progress=lambda a: lib("protocols.bench_job").TextProgress(sys.stderr)), [
             opt("--port", action="append", metavar="URL", help="real chamber(s) instead of the emulated boards "
                 "(repeat for wind + light tunnel)"), "runs-dir", "claim-ids", rows,
             opt("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)"),

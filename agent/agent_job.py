@@ -22,7 +22,7 @@ from agent.cell_runner import CellDone, CellIndex, PlannedCell, run_cells, score
 from agent.models.base import ModelClient
 from agent.runindex import RunIndex
 from protocols.claims import Claim
-from protocols.lab_job import JobProgress, Quiet
+from protocols.bench_job import JobProgress, Quiet
 
 
 def fetch_hint(datasheets_dir: Path) -> str:

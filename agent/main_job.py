@@ -1,4 +1,4 @@
-"""The main job (`run`, `make run`): every argument checked, then the chambers (protocols/lab_job.py), the agent's
+"""The main job (`run`, `make run`): every argument checked, then the chambers (protocols/bench_job.py), the agent's
 cells over the chamber tools API (agent/agent_job.py), one run folder held by this process (agent/runfolder.py),
 the report, and a summary.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from protocols.lab_job import JobProgress, Quiet
+from protocols.bench_job import JobProgress, Quiet
 
 
 class MainJobRefused(ValueError):
@@ -74,7 +74,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     from protocols.claims import PACKAGED_DIR
     from protocols.exit_codes import FAILED, RUN_STATUS, exit_code, outcomes_of
     from protocols.files import write_json_atomic
-    from protocols.lab_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
+    from protocols.bench_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
                                    start_chamber_api, start_live_view)
 
     ports, (claim_paths, selected) = job.port, split_claims_args(job.claims)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from protocols.claims import Claim, get_claim
 from protocols.exit_codes import outcomes_of
-from protocols.lab_job import open_lab
+from protocols.bench_job import open_lab
 
 Say = Callable[[str], None]
 
@@ -77,7 +77,7 @@ def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration
     calibrate in the same plan) and the instrument station of the file `station` (None: the chamber alone): one
     result dict per claim, and the chambers' safe-state outcomes. A bad station file or instrument fails before
     any staging."""
-    from protocols.lab_job import grade_claims
+    from protocols.bench_job import grade_claims
 
     record = None
     if calibration:
@@ -154,7 +154,7 @@ def sweep_measurement(claim: Claim, selection: Any, recording: str | Path | None
                       say: Say) -> tuple[Any, list[dict[str, Any]]]:
     """The fixed measurement of a sweep: from a recorded CSV (refused naming the rows: unset readings, fans on),
     or measured live with the claim's protocol; and the safe-state outcomes of the chambers opened for it."""
-    from protocols.lab_job import grade_claims
+    from protocols.bench_job import grade_claims
 
     if recording:
         from protocols.recorded import operating_range_from_recording

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from protocols.exit_codes import exit_code, outcomes_of, unconfirmed_note
-from protocols.lab_job import open_lab
+from protocols.bench_job import open_lab
 
 
 class PortInUse(OSError):

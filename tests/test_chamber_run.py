@@ -304,7 +304,7 @@ def test_an_interrupted_main_job_is_indexed_interrupted_prints_its_summary_and_l
         raise KeyboardInterrupt("SIGTERM")
 
     monkeypatch.setattr(safe_state, "apply_safe_state", recording_apply)
-    from protocols.lab_job import TextProgress
+    from protocols.bench_job import TextProgress
 
     monkeypatch.setattr(TextProgress, "start", interrupted_checks)  # the CLI's progress of the checks stage
     code, summary = cli("run", "--runs-dir", str(tmp_path), "--no-agent", "--no-station", "--rows", "10", "--json",

@@ -18,7 +18,7 @@ from pathlib import Path
 import protocols.files as files
 from agent.runindex import RunIndex
 from conftest import shared_path
-from protocols.lab_job import TextProgress
+from protocols.bench_job import TextProgress
 from simulator.board import running_board
 from simulator.board_faults import BoardFaults
 from support import PROJECT_ROOT, run_cli

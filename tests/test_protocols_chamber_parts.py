@@ -11,7 +11,7 @@ from bench_cli import PROJECT_ROOT
 from chamber import open_chamber
 from protocols.claim_sources import load_checked_claims
 from protocols.claims import normalise_text
-from protocols.lab_job import grade_claims
+from protocols.bench_job import grade_claims
 from protocols.registry import protocol_for
 
 FOLDER = PROJECT_ROOT / "protocols" / "data" / "chamber_parts"

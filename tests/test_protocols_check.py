@@ -18,7 +18,7 @@ import pytest
 from bench_cli import PROJECT_ROOT
 from chamber import open_chamber
 from protocols.claims import get_claim, load_claims
-from protocols.lab_job import grade_claims
+from protocols.bench_job import grade_claims
 from protocols.runner import ProtocolContext, check_claim
 from simulator.board import running_board
 from simulator.board_protocol import BoardFaults

@@ -1,4 +1,4 @@
-"""The lab part of the main job: grade every claim on the chambers, then with the station, sweep, link counters.
+"""The bench part of the main job (one bench of chambers, not the Remote Lab service in protocols/remote_lab/): grade every claim on the chambers, then with the station, sweep, link counters.
 
 Why its own module: this is the chamber work of `run` (protocols floor: the runner, the sweep, the station's
 envelope), with everything it touches passed in (the connected chambers, the run folder, the rows, the station
