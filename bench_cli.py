@@ -113,7 +113,11 @@ def opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 SIM, CLAIMS = "(sim backend)", "a claim file or folder of them (repeatable; default: packaged + chamber-part claims)"
 OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "board": [  # chamber info|measure|run|shell: one chamber, serial or in-process
-        opt("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port"),
+        opt("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port; or a Remote Lab chamber "
+            "lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]"),
+        opt("--lab-credentials", type=Path, default=None, metavar="PATH",
+            help="Remote Lab credentials (.ini: [api_keys] user, password) for a lab+http:// --port; "
+                 "else env CHAMBERLAB_LAB_CREDENTIALS"),
         opt("--backend", choices=["serial", "sim"], default="serial",
             help="serial: the board at --port (default); sim: the simulator in this process"),
         opt("--chamber", choices=["wt", "lt"], default="wt", help=SIM), opt("--config", default="standard", help=SIM),
@@ -129,7 +133,11 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         opt("--backend", choices=["sim", "serial"], default=None,
             help="sim: in-process simulator of both chambers (default when no --port is given)"),
         opt("--port", action="append", default=None, metavar="URL",
-            help="pyserial URL of a chamber (device path, pty, socket://); repeat for wind + light tunnel"),
+            help="pyserial URL of a chamber (device path, pty, socket://) or a Remote Lab chamber "
+                 "lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]; repeat for wind + light tunnel"),
+        opt("--lab-credentials", type=Path, default=None, metavar="PATH",
+            help="Remote Lab credentials (.ini: [api_keys] user, password) for a lab+http:// --port; "
+                 "else env CHAMBERLAB_LAB_CREDENTIALS"),
         opt("--seed", type=SEED, default=0, help="simulator seed (with --backend sim)"),
         opt("--params", default=None, help="simulator parameter file, YAML or JSON (with --backend sim)"),
         opt("--limits", default=None, help="operator limits file (YAML/JSON) enforced by the driver"),
@@ -153,6 +161,11 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "page": [opt("page", type=POSITIVE, help="page number (1-based)")],
     "runs-dir": [opt("--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)")],
 }
+
+
+LAB_STORE = [opt("--db", metavar="URL", help="postgresql://USER:PASSWORD@HOST/DB for a lab over several hosts "
+                  "(default: SQLite in --data)"),
+             opt("--data", type=Path, help="folder of the lab's SQLite database and demo account (default ./lab-data)")]
 
 
 def claims_from_args(args: Args, ids: bool = False) -> tuple[dict[str, Any], list[str] | None]:
@@ -379,6 +392,27 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
                 help=f"seconds after which an idle session may be ended to make room (default {IDLE:g})"),
             opt("--allowed-host", action="append", default=[], metavar="NAME", help="a Host/Origin name besides "
                 "the loopback ones a tokenless server answers (repeatable; others get 403 forbidden_host)")]),
+        ("lab serve", "serve our chambers to the authors' causalchamber.lab client: queue and real-time (Remote Lab)",
+         job("protocols.remote_lab.service:serve_lab",
+             on_ready=lambda a: lambda d: show(a, d, lib("protocols.remote_lab.service").serve_text)), [
+            opt("--config", type=Path, help="lab file (YAML/JSON: chambers: {ID: {board, mode, configs, limits, "
+                "safe}}); default: a demo lab of emulated boards and a demo account"), *LAB_STORE,
+            opt("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)"),
+            opt("--listen-port", type=TCP_PORT, default=8780, help="TCP port (default 8780; 0 = any free port)"),
+            opt("--worker", action="append", default=[], metavar="CHAMBER_ID", help="run this chamber's worker in "
+                "this process (repeatable; default on SQLite: every chamber; on PostgreSQL: none)")]),
+        ("lab worker", "run the experiments and sessions of chambers plugged into this host (lab spread over hosts)",
+         job("protocols.remote_lab.service:run_workers", on_ready=lambda a: lambda d: say(
+             f"serving {', '.join(d['chambers'])} from {d['host']} (database {d['database']}); Ctrl-C stops")), [
+            opt("--config", type=Path, required=True, help="the lab file (the same one the API serves)"), *LAB_STORE,
+            opt("--chamber", action="append", required=True, metavar="CHAMBER_ID", help="a chamber of the lab file "
+                "whose board is on this host (repeatable)")]),
+        ("lab user", "lab accounts: add NAME --password-file FILE | list | remove NAME",
+         job("protocols.remote_lab.service:user_job", "user_text"), [
+            opt("action", choices=["add", "list", "remove"]), opt("name", nargs="?", help="user name"),
+            opt("--password-file", type=Path, help="file whose first line is the password (add)"),
+            opt("--max-queued", type=POSITIVE, help="queued experiments this user may have (default: the lab's)"),
+            *LAB_STORE]),
         ("station check", "open every instrument of a station file and check its *IDN? and certificate",
          job("protocols.check_job:station_check_job", "station_text", lambda d: done(d, incomplete=not d["ok"])), [
             opt("station_file", help="station file (YAML): instruments, rails, positions"),
@@ -414,7 +448,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
     ]
 
 
-GROUPS = {"sim": "the emulated Mk1 board and the simulator's parameters",
+GROUPS = {"lab": "the Remote Lab: our chambers for the authors' client, a queue and real-time sessions",
+          "sim": "the emulated Mk1 board and the simulator's parameters",
           "chamber": "talk to a chamber (serial port or in-process sim)",
           "datasheet": "read a datasheet PDF with the agent's tools; fetch known datasheets",
           "station": "lab instruments wired to the chambers' sensors"}

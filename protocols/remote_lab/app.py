@@ -1,0 +1,271 @@
+"""The Remote Lab HTTP API (v0), as the chamber authors' client `causalchamber.lab` speaks it.
+
+Why each choice: the client is the contract (notes in shared/docs/remote-lab.md). It sends HTTP basic auth on
+every request, maps 400/401/403/409/422 to UserError and anything else to LabError, and reads `message`,
+`request_id` and `scheduler_id` from a JSON error body — so every refusal here has that body and the status that
+puts the blame where it belongs (a bad instruction 400, a wrong password 401, someone else's experiment or an
+unknown chamber 403, a busy session 409; the lab's own faults 5xx). It downloads a finished experiment with a
+plain GET and no credentials, so the download URL carries an unguessable token instead. Everything the client
+sends is checked here (protocols.remote_lab.validation) before it is queued or reaches a worker; state lives in
+the store, so a restarted API loses nothing.
+"""
+
+from __future__ import annotations
+
+import email.policy
+import logging
+import secrets
+import time
+import uuid
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
+from typing import Any, Callable
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.engine import Engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from protocols.remote_lab import store
+from protocols.remote_lab.accounts import Accounts
+from protocols.remote_lab.lab_file import Lab
+from protocols.remote_lab.validation import InvalidProtocol, check_protocol
+
+log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 8 << 20
+MODELS = {"wt": "Wind tunnel Mk1", "lt": "Light tunnel Mk1"}
+DOCUMENTATION = "https://github.com/juangamella/causal-chamber"
+SECONDS_PER_ROW = 0.5  # the longest a Mk1 row takes (BOARD_PACE): how long to wait for a call's answer
+
+
+class LabRequestError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+class ExperimentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    chamber_id: str = Field(max_length=64)
+    chamber_config: str = Field(max_length=64)
+    instructions: list[Any]
+    tag: str | None = None
+
+
+class SessionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    chamber_id: str = Field(max_length=64)
+    chamber_config: str = Field(max_length=64)
+
+
+class InstructionsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instructions: list[Any]
+
+
+def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: str,
+               clock: Callable[[], float] = time.time, lease_ttl: float = 6.0, codebase_version: str = "",
+               call_timeout_s: float = 120.0) -> FastAPI:
+    app = FastAPI(title="chamberlab Remote Lab", version="v0", docs_url=None, redoc_url=None)
+    basic = HTTPBasic(auto_error=False)
+
+    def fail(request_id: str, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"message": message, "request_id": request_id, "scheduler_id": scheduler_id},
+                            status_code=status, headers=headers)
+
+    @app.middleware("http")
+    async def request_ids(request: Request, call_next: Any) -> Any:
+        request.state.request_id = uuid.uuid4().hex[:16]
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
+            return fail(request.state.request_id, 400, f"request body of {size} bytes; this lab takes at most "
+                                                       f"{MAX_BODY_BYTES} bytes")
+        return await call_next(request)
+
+    @app.exception_handler(LabRequestError)
+    async def _lab_error(request: Request, exc: LabRequestError) -> JSONResponse:
+        return fail(request.state.request_id, exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return fail(request.state.request_id, 400, f"request field '{where}': {first.get('msg')}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return fail(getattr(request.state, "request_id", "-"), exc.status_code, str(exc.detail))
+
+    def user(credentials: HTTPBasicCredentials | None = Depends(basic)) -> str:
+        if credentials is None or not accounts.check(credentials.username, credentials.password):
+            raise LabRequestError(401, "wrong user name or password for this lab", {"WWW-Authenticate": "Basic"})
+        return credentials.username
+
+    def chamber_entry(chamber_id: str, config: str, mode: str) -> Any:
+        if chamber_id not in lab.spec.chambers:
+            raise LabRequestError(403, f"no chamber {chamber_id!r} in this lab; chambers: "
+                                       f"{', '.join(lab.spec.chambers)}")
+        entry = lab.entry(chamber_id)
+        if entry.mode != mode:
+            others = [c for c, e in lab.spec.chambers.items() if e.mode == mode]
+            what = "queued experiments" if mode == "queue" else "real-time sessions"
+            raise LabRequestError(400, f"chamber {chamber_id} runs in {entry.mode} mode, not {what}; "
+                                       f"{mode} chambers: {', '.join(others) or 'none'}")
+        if config not in entry.configs:
+            raise LabRequestError(400, f"chamber {chamber_id} has no config {config!r}; valid configs: "
+                                       f"{', '.join(entry.configs)}")
+        return entry
+
+    def checked(chamber_id: str, config: str, instructions: list[Any]) -> Any:
+        try:
+            return check_protocol(instructions, kind=lab.kind(chamber_id), config=config,
+                                  limits=lab.limits[chamber_id], caps=lab.caps)
+        except InvalidProtocol as exc:
+            raise LabRequestError(400, str(exc)) from None
+
+    def owned(experiment_id: str, user_id: str) -> dict[str, Any]:
+        row = store.get_experiment(engine, experiment_id)
+        if row is None or row["user_id"] != user_id:
+            raise LabRequestError(403, f"no experiment {experiment_id!r} among yours")
+        return row
+
+    def live(chamber_id: str) -> dict[str, Any] | None:
+        row = store.chamber_rows(engine).get(chamber_id)
+        if row and row["worker_id"] and row["heartbeat_at"] and row["heartbeat_at"] >= clock() - lease_ttl:
+            return row
+        return None
+
+    def shown(row: dict[str, Any], request: Request) -> dict[str, Any]:
+        token = row.pop("download_token", None)
+        out = {k: row.get(k) for k in ("experiment_id", "status", "chamber_id", "config", "tag", "user_id",
+                                       "submitted_on", "started_on", "finished_on", "current_instruction",
+                                       "total_instructions", "n_observations", "reason", "scheduler_id")}
+        if row.get("checksum") and token:
+            out["download_url"] = str(request.base_url).rstrip("/") + f"/v0/downloads/{row['experiment_id']}/{token}"
+            out["checksum"] = row["checksum"]
+        if "position" in row:
+            out["position"] = row["position"]
+        return out
+
+    @app.get("/health")
+    @app.get("/v0/health")
+    def health() -> dict[str, Any]:
+        rows = store.chamber_rows(engine)
+        return {"status": "ok", "scheduler_id": scheduler_id, "chambers": {
+            c: ("OFFLINE" if live(c) is None else rows[c]["status"]) for c in lab.spec.chambers}}
+
+    @app.get("/v0/chambers")
+    def chambers(user_id: str = Depends(user)) -> dict[str, Any]:
+        rows = store.chamber_rows(engine)
+        out = []
+        for chamber_id, entry in lab.spec.chambers.items():
+            row = rows.get(chamber_id) or {}
+            out.append({"chamber_id": chamber_id, "status": row.get("status") if live(chamber_id) else "OFFLINE",
+                        "detail": row.get("detail"), "chamber_model": MODELS[entry.chamber_kind or "wt"],
+                        "mode": entry.mode, "valid_configs": list(entry.configs)})
+        return {"chambers": out}
+
+    @app.get("/v0/queues/{chamber_id}")
+    def queue(chamber_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
+        if chamber_id not in lab.spec.chambers:
+            raise LabRequestError(403, f"no chamber {chamber_id!r} in this lab")
+        return {"experiments": [shown(r, request) for r in store.queue_of(engine, chamber_id)]}
+
+    @app.post("/v0/experiments")
+    def submit(body: ExperimentIn, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
+        chamber_entry(body.chamber_id, body.chamber_config, "queue")
+        if body.tag is not None and len(body.tag) > lab.caps.max_tag_chars:
+            raise LabRequestError(400, f"tag of {len(body.tag)} characters; at most {lab.caps.max_tag_chars}")
+        plan = checked(body.chamber_id, body.chamber_config, body.instructions)
+        account = accounts.get(user_id)
+        limit = (account.max_queued if account and account.max_queued else None) or lab.caps.max_queued_per_user
+        experiment_id = store.submit(engine, user_id=user_id, chamber_id=body.chamber_id, config=body.chamber_config,
+                                     instructions=plan.instructions, tag=body.tag, now=clock(),
+                                     scheduler_id=scheduler_id, max_queued=limit)
+        if experiment_id is None:
+            raise LabRequestError(403, f"you have {limit} experiments queued, this lab's limit per user; wait for "
+                                       "one to start or cancel one")
+        return {"experiment_id": experiment_id}
+
+    @app.get("/v0/experiments")
+    def experiments(request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
+        return {"experiments": [shown(r, request) for r in store.user_experiments(engine, user_id)]}
+
+    @app.get("/v0/experiments/{experiment_id}")
+    def experiment(experiment_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
+        return shown(owned(experiment_id, user_id), request)
+
+    @app.post("/v0/experiments/{experiment_id}/cancel")
+    def cancel(experiment_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
+        row = owned(experiment_id, user_id)
+        if store.cancel(engine, experiment_id, clock()) is None:
+            raise LabRequestError(409, f"experiment {experiment_id} has ended already ({row['status']})")
+        return shown(owned(experiment_id, user_id), request)
+
+    @app.get("/v0/downloads/{experiment_id}/{token}")
+    def download(experiment_id: str, token: str) -> Response:
+        found = store.zip_of(engine, experiment_id, token)
+        if found is None:
+            raise LabRequestError(403, "no download at this address")
+        data, checksum = found
+        return Response(data, media_type="application/zip", headers={
+            "Content-Disposition": f'attachment; filename="{experiment_id}.zip"', "X-Checksum-SHA256": checksum})
+
+    @app.post("/v0/sessions")
+    def open_session(body: SessionIn, user_id: str = Depends(user)) -> dict[str, Any]:
+        chamber_entry(body.chamber_id, body.chamber_config, "real-time")
+        if live(body.chamber_id) is None:
+            raise LabRequestError(503, f"chamber {body.chamber_id} has no worker serving it right now; try later")
+        session_id, call_id = store.open_session(engine, chamber_id=body.chamber_id, user_id=user_id,
+                                                 config=body.chamber_config, now=clock())
+        answered(call_id, call_timeout_s, body.chamber_id)
+        return {"session_id": session_id, "chamber_model": MODELS[lab.kind(body.chamber_id)],
+                "config_version": f"mk1/{body.chamber_config}", "documentation": DOCUMENTATION,
+                "codebase_version": codebase_version}
+
+    @app.post("/v0/sessions/{session_id}/instructions")
+    def instructions(session_id: str, body: InstructionsIn, user_id: str = Depends(user)) -> Response:
+        session = store.get_session(engine, session_id)
+        if session is None or session["user_id"] != user_id:
+            raise LabRequestError(403, f"no session {session_id!r} among yours")
+        if session["state"] != "OPEN":
+            raise LabRequestError(409, f"session {session_id} has ended: {session['reason'] or session['state']}")
+        plan = checked(session["chamber_id"], session["config"], body.instructions)
+        if live(session["chamber_id"]) is None:
+            raise LabRequestError(503, f"chamber {session['chamber_id']} has no worker serving it right now")
+        call_id = store.add_call(engine, session_id, session["chamber_id"], plan.instructions, clock())
+        if call_id is None:
+            raise LabRequestError(409, f"session {session_id} is still running its previous instructions")
+        call = answered(call_id, call_timeout_s + plan.wait_ms / 1000 + plan.rows * SECONDS_PER_ROW,
+                        session["chamber_id"])
+        if not call["result_csv"]:
+            return Response(b"", media_type="text/plain")
+        return multipart_csv(call["result_csv"])
+
+    def answered(call_id: int, timeout: float, chamber_id: str) -> dict[str, Any]:
+        call = store.wait_for(lambda: _final(store.call_of(engine, call_id)), timeout)
+        if not call:
+            store.fail_call(engine, call_id, 503, f"chamber {chamber_id} did not answer within {timeout:.0f} s")
+            call = store.call_of(engine, call_id)
+        if call["state"] == "FAILED":
+            raise LabRequestError(call["error_status"] or 500, call["error_message"] or "the chamber failed")
+        return call
+
+    return app
+
+
+def _final(call: dict[str, Any] | None) -> dict[str, Any] | None:
+    return call if call is not None and call["state"] in ("DONE", "FAILED") else None
+
+
+def multipart_csv(csv_text: str) -> Response:
+    """The rows as the client parses them: `multipart/mixed` with one `text/csv` part (7bit, so its payload is the
+    CSV itself), built by the stdlib email package the client parses it with."""
+    message = MIMEMultipart("mixed", boundary=f"chamberlab-{secrets.token_hex(12)}")
+    message.attach(MIMEText(csv_text, "csv", "us-ascii"))
+    raw = message.as_bytes(policy=email.policy.HTTP)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return Response(body, media_type=None, headers={"Content-Type": message["Content-Type"]})

@@ -1,0 +1,148 @@
+"""The lab file: which chambers a Remote Lab serves, where each board is, its mode, configs, limits and safe state.
+
+Why a validated file (YAML or JSON, read by firmware_bridge.model_file like every settings file, errors on one
+line): the API checks a submitted protocol against a chamber's catalogue and limits before queuing it, often on a
+host that has no board attached, so everything it needs must be known from the file alone — the chamber's kind
+(from `emulated:wt`, or `kind:` for a real board), its configs and the operator limits in the limits file's own
+format. The worker beside the chamber then refuses to serve a board that announces another kind or config.
+Without a file, `lab serve` runs DEMO_LAB: emulated boards, a wind and a light tunnel in each mode.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from chamber.limits import LimitsFileError, OperatorLimits, parse_limits
+from chamber.safe_state import SafeState, parse_safe_state, resolve_safe_state
+from firmware_bridge.model_file import ModelFileError, load_model_file, validate_model
+from firmware_bridge.variables import LAYOUTS
+
+EMULATED = "emulated:"
+CHAMBER_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class LabFileError(ModelFileError):
+    """A lab file that cannot be read or does not describe a lab (one line: the file, the field, expected, got)."""
+
+
+class Caps(BaseModel):
+    """Lab-wide caps on what one experiment or one real-time call may ask (checked before anything is queued)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_instructions: int = Field(20_000, ge=1, le=1_000_000)
+    max_wait_ms: int = Field(600_000, ge=1)  # one WAIT: 10 min
+    max_total_wait_ms: int = Field(6 * 3600_000, ge=1)  # all WAITs of one experiment: 6 h
+    max_msr_rows: int = Field(10_000, ge=1, le=32_767)  # one MSR (the firmware reads n as a 16-bit int)
+    max_total_rows: int = Field(100_000, ge=1)  # all rows of one experiment
+    max_queued_per_user: int = Field(20, ge=1)
+    max_tag_chars: int = Field(200, ge=1, le=200)
+
+
+class ChamberEntry(BaseModel):
+    """One chamber: `board` is any URL the driver takes (device path, socket://, a pty) or emulated:wt/lt
+    (emulated:wt?pace=real for the real board's timings); `kind` is needed for a real board."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    board: str = Field(min_length=1)
+    kind: Literal["wt", "lt"] | None = None
+    mode: Literal["queue", "real-time"] = "queue"
+    configs: list[str] = Field(default_factory=lambda: ["standard"], min_length=1)
+    limits: dict[str, Any] | None = None  # the limits file's format (variables:, safe:)
+    safe: dict[str, float] | None = None  # settings applied before and after every experiment and session
+
+    @model_validator(mode="after")
+    def _known(self) -> "ChamberEntry":
+        kind = self.chamber_kind
+        if kind is None:
+            raise ValueError(f"board {self.board!r} is not emulated:wt or emulated:lt; expected kind: wt or lt for "
+                             "a real board")
+        if self.board.startswith(EMULATED) and self.kind not in (None, kind):
+            raise ValueError(f"board {self.board!r} is a {kind} but kind says {self.kind}")
+        unknown = [c for c in self.configs if (kind, c) not in LAYOUTS]
+        if unknown:
+            known = ", ".join(c for k, c in LAYOUTS if k == kind)
+            raise ValueError(f"configs: {', '.join(unknown)} not a {kind} configuration we know; expected {known}")
+        return self
+
+    @property
+    def chamber_kind(self) -> str | None:
+        if self.board.startswith(EMULATED):
+            kind = self.board[len(EMULATED):].split("?", 1)[0]
+            return kind if kind in ("wt", "lt") else None
+        return self.kind
+
+    @property
+    def emulated_pace(self) -> str:
+        return "real" if self.board.endswith("?pace=real") else "fast"
+
+
+class LabFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chambers: dict[str, ChamberEntry] = Field(min_length=1)
+    caps: Caps = Caps()
+
+    @model_validator(mode="after")
+    def _ids(self) -> "LabFile":
+        import re
+
+        bad = [c for c in self.chambers if not re.match(CHAMBER_ID, c)]
+        if bad:
+            raise ValueError(f"chamber id {bad[0]!r}: expected letters, digits, '_', '.', '-' (at most 64)")
+        return self
+
+
+class Lab:
+    """A lab file, checked: each chamber's limits and safe state parsed as the driver will use them."""
+
+    def __init__(self, spec: LabFile, source: str):
+        self.spec, self.source = spec, source
+        self.limits: dict[str, OperatorLimits | None] = {}
+        self.safe: dict[str, SafeState] = {}
+        for chamber_id, entry in spec.chambers.items():
+            kind = entry.chamber_kind
+            where = f"{source}: chambers.{chamber_id}"
+            try:
+                limits = None if entry.limits is None else parse_limits({kind: entry.limits}, f"{where}.limits")
+            except LimitsFileError as exc:
+                raise LabFileError(where, exc.problem) from None
+            self.limits[chamber_id] = limits
+            try:
+                self.safe[chamber_id] = (parse_safe_state({kind: entry.safe}, f"{where}.safe")
+                                         if entry.safe is not None else resolve_safe_state(None, limits))
+            except LimitsFileError as exc:
+                raise LabFileError(where, exc.problem) from None
+
+    @property
+    def caps(self) -> Caps:
+        return self.spec.caps
+
+    def entry(self, chamber_id: str) -> ChamberEntry:
+        return self.spec.chambers[chamber_id]
+
+    def kind(self, chamber_id: str) -> str:
+        return self.entry(chamber_id).chamber_kind or ""
+
+
+def load_lab(path: str | Path) -> Lab:
+    spec = load_model_file(path, LabFile, what="lab file", error=LabFileError,
+                           expected="a mapping with chambers: {ID: {board, mode, configs, limits, safe}}")
+    return Lab(spec, f"lab file {Path(path)}")
+
+
+DEMO_LAB: dict[str, Any] = {"chambers": {
+    "wt-queue-1": {"board": "emulated:wt", "mode": "queue"},
+    "lt-queue-1": {"board": "emulated:lt", "mode": "queue"},
+    "wt-rt-1": {"board": "emulated:wt", "mode": "real-time"},
+    "lt-rt-1": {"board": "emulated:lt", "mode": "real-time"},
+}}
+"""The lab `lab serve` runs without --config: emulated boards, a wind and a light tunnel in each mode."""
+
+
+def demo_lab() -> Lab:
+    return Lab(validate_model(DEMO_LAB, LabFile, source="demo lab", error=LabFileError), "demo lab")

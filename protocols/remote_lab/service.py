@@ -1,0 +1,236 @@
+"""`lab serve`, `lab worker` and `lab user`: the Remote Lab's processes and its accounts, as library calls.
+
+Why here: which database (SQLite file under --data on one host, PostgreSQL for a lab spread over hosts), which
+chambers get a worker in which process (on SQLite every chamber in the serving process; on PostgreSQL only those
+named, so `lab worker` processes beside the other chambers own theirs), the demo lab and its account, and an
+orderly stop (workers stop after the current row, leave their chambers safe, hand back their leases) are the
+service's rules; the CLI passes plain values and renders what `on_ready` receives.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from protocols.remote_lab import store
+from protocols.remote_lab.accounts import Accounts, AccountError, read_password_file
+from protocols.remote_lab.lab_file import Lab, demo_lab, load_lab
+from protocols.remote_lab.worker import LEASE_TTL_S, ChamberWorker, WorkerRefused, reap
+
+log = logging.getLogger(__name__)
+DEFAULT_DATA = Path("lab-data")
+DEMO_USER = "demo"
+
+
+def database_url(db: str | None, data: Path | None) -> str:
+    """--db as given (postgresql://... or sqlite:///...), else an SQLite file in --data (default ./lab-data)."""
+    if db:
+        if not db.startswith(("postgresql://", "postgresql+psycopg://", "sqlite:///")):
+            raise ValueError(f"--db: expected postgresql://USER:PASSWORD@HOST/DB or sqlite:///PATH, got {db!r}")
+        return db
+    folder = Path(data or DEFAULT_DATA)
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder.resolve() / 'lab.sqlite'}"
+
+
+def _lab(config: Path | None) -> Lab:
+    return load_lab(config) if config is not None else demo_lab()
+
+
+def _demo_account(accounts: Accounts, folder: Path) -> Path:
+    """The demo lab's account: user `demo`, its password in `<data>/demo.credentials` in the client's format."""
+    path = folder / "demo.credentials"
+    if accounts.get(DEMO_USER) is not None and path.exists():
+        return path
+    if accounts.get(DEMO_USER) is not None:
+        accounts.remove(DEMO_USER)
+    password = secrets.token_urlsafe(12)
+    accounts.add(DEMO_USER, password)
+    ini = configparser.ConfigParser()
+    ini["api_keys"] = {"user": DEMO_USER, "password": password}
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        os.chmod(path, 0o600)
+        ini.write(fh)
+    return path
+
+
+class Workers:
+    """Worker threads, one per chamber; `stop()` asks them to stop and waits (each leaves its chamber safe)."""
+
+    def __init__(self, engine: Any, lab: Lab, chamber_ids: Sequence[str], say: Callable[[str], None],
+                 clock: Callable[[], float] = time.time):
+        unknown = [c for c in chamber_ids if c not in lab.spec.chambers]
+        if unknown:
+            raise ValueError(f"--chamber/--worker {unknown[0]!r}: not in the lab file; chambers: "
+                             f"{', '.join(lab.spec.chambers)}")
+        self.stop_event = threading.Event()
+        self.workers = [ChamberWorker(engine, lab, c, clock=clock) for c in chamber_ids]
+        self.errors: dict[str, str] = {}
+        self.say = say
+        self.threads = [threading.Thread(target=self._serve, args=(w,), name=f"lab-worker-{w.chamber_id}",
+                                         daemon=True) for w in self.workers]
+
+    def _serve(self, worker: ChamberWorker) -> None:
+        try:
+            worker.serve(self.stop_event)
+        except WorkerRefused as exc:
+            self.errors[worker.chamber_id] = str(exc)
+            self.say(f"worker for {worker.chamber_id} refused: {exc}")
+        except Exception as exc:  # a board that never answered: the others go on
+            self.errors[worker.chamber_id] = f"{type(exc).__name__}: {exc}"
+            log.exception("worker for %s stopped", worker.chamber_id)
+            self.say(f"worker for {worker.chamber_id} stopped: {type(exc).__name__}: {' '.join(str(exc).split())}")
+
+    def start(self) -> "Workers":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.stop_event.set()
+        for thread in self.threads:
+            thread.join(timeout=timeout)
+
+
+def _reaper(engine: Any, stop: threading.Event, clock: Callable[[], float]) -> None:
+    while not stop.wait(1.0):
+        try:
+            for experiment_id in reap(engine, clock(), LEASE_TTL_S):
+                log.warning("experiment %s ended FAILED: its worker stopped", experiment_id)
+        except Exception:  # the database may be briefly away; the next round tries again
+            log.debug("reaper round failed", exc_info=True)
+
+
+def _until_interrupted(stop: threading.Event) -> None:
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+
+
+def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: str, listen_port: int,
+              worker: Sequence[str], on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None],
+              stop: threading.Event | None = None) -> int:
+    """Serve the API (and, on SQLite, a worker per chamber; on PostgreSQL the --worker ones) until interrupted."""
+    from protocols.api.server import serve_in_thread
+    from protocols.remote_lab.app import create_app
+    from protocols.serve_job import check_port_free
+
+    lab = _lab(config)
+    url = database_url(db, data)
+    check_port_free(host, listen_port)
+    engine = store.open_store(url)
+    store.register_chambers(engine, lab.spec.chambers)
+    accounts = Accounts(engine, time.time)
+    credentials = _demo_account(accounts, Path(data or DEFAULT_DATA)) if config is None else None
+    sqlite = url.startswith("sqlite")
+    chamber_ids = list(lab.spec.chambers) if sqlite and not worker else list(worker)
+    scheduler_id = f"{socket.gethostname()}/{os.getpid()}"
+    app = create_app(engine, lab, accounts, scheduler_id=scheduler_id, codebase_version=_version())
+    stop = stop or threading.Event()
+    workers = Workers(engine, lab, chamber_ids, say).start()
+    reaper = threading.Thread(target=_reaper, args=(engine, stop, time.time), daemon=True, name="lab-reaper")
+    reaper.start()
+    try:
+        with serve_in_thread(app, host=host, port=listen_port) as base:
+            on_ready({"url": base, "endpoint": base + "/v0", "database": _shown_url(url), "lab": lab.source,
+                      "credentials_file": str(credentials) if credentials else None, "workers": chamber_ids,
+                      "chambers": {c: {"mode": e.mode, "board": e.board, "configs": list(e.configs)}
+                                   for c, e in lab.spec.chambers.items()}})
+            _until_interrupted(stop)
+    finally:
+        stop.set()
+        say("stopping: workers finish their current row, leave their chambers safe and hand back their leases")
+        workers.stop()
+        engine.dispose()
+    return 0
+
+
+def run_workers(*, config: Path, db: str | None, data: Path | None, chamber: Sequence[str],
+                on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None],
+                stop: threading.Event | None = None) -> int:
+    """`lab worker`: serve these chambers of the lab file from this host until interrupted."""
+    lab = load_lab(config)
+    url = database_url(db, data)
+    engine = store.open_store(url)
+    store.register_chambers(engine, lab.spec.chambers)
+    workers = Workers(engine, lab, list(chamber), say).start()
+    stop = stop or threading.Event()
+    on_ready({"database": _shown_url(url), "chambers": list(chamber), "host": socket.gethostname(),
+              "pid": os.getpid()})
+    try:
+        while not stop.wait(0.5):
+            if all(not t.is_alive() for t in workers.threads):
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        workers.stop()
+        engine.dispose()
+    return 2 if workers.errors else 0
+
+
+def user_job(*, action: str, name: str | None, password_file: Path | None, db: str | None, data: Path | None,
+             max_queued: int | None) -> dict[str, Any]:
+    """`lab user add|list|remove`: accounts in the lab's database."""
+    engine = store.open_store(database_url(db, data))
+    accounts = Accounts(engine, time.time)
+    try:
+        if action == "list":
+            return {"users": [{"name": u.name, "created_on": u.created_on, "max_queued": u.max_queued}
+                              for u in accounts.list()]}
+        if not name:
+            raise AccountError(f"lab user {action}: expected a user NAME")
+        if action == "add":
+            if password_file is None:
+                raise AccountError("lab user add: expected --password-file FILE (the password on its first line)")
+            user = accounts.add(name, read_password_file(password_file), max_queued)
+            return {"added": user.name, "max_queued": user.max_queued}
+        accounts.remove(name)
+        return {"removed": name}
+    finally:
+        engine.dispose()
+
+
+def user_text(data: dict[str, Any]) -> str:
+    if "users" in data:
+        return "\n".join(f"{u['name']}" + (f" (at most {u['max_queued']} queued)" if u["max_queued"] else "")
+                         for u in data["users"]) or "no users"
+    return f"added user {data['added']}" if "added" in data else f"removed user {data['removed']}"
+
+
+def serve_text(data: dict[str, Any]) -> str:
+    lines = [f"Remote Lab at {data['endpoint']}  (database {data['database']}; {data['lab']})"]
+    for chamber_id, c in data["chambers"].items():
+        served = "worker here" if chamber_id in data["workers"] else "worker elsewhere"
+        lines.append(f"  {chamber_id:<14} {c['mode']:<9} {c['board']:<22} configs {', '.join(c['configs'])} ({served})")
+    if data.get("credentials_file"):
+        lines.append(f"demo account: {data['credentials_file']}  ->  causalchamber.lab.Lab(credentials_file="
+                     f"'{data['credentials_file']}', endpoint='{data['endpoint']}')")
+    lines.append("Ctrl-C stops (workers finish their row and leave the chambers safe)")
+    return "\n".join(lines)
+
+
+def _shown_url(url: str) -> str:
+    """A database URL without its password, for printing."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"chamberlab {version('chamberlab')}"
+    except Exception:
+        return "chamberlab"

@@ -1,0 +1,276 @@
+"""The worker beside a chamber: holds the chamber's lease, runs its queued experiments one at a time, answers its
+real-time sessions, and hands the chamber back safe.
+
+Why a lease with a heartbeat and not only row locks: a worker killed with SIGKILL cannot say so. Its lease goes
+stale after `ttl` seconds; whoever notices (the API's reaper, or the next worker taking the chamber) ends its
+experiment FAILED with the reason and the rows it kept — never re-run, because the instructions already sent
+had effects — and the next worker applies the chamber's safe state before anything else. Rows are stored as each
+chunk arrives, so a killed worker loses none it received. Experiments run through the bench's own protocol
+runner (chamber.protocol_runner) and driver, so the lab's rules are the bench's rules: validation before the first
+byte, a stop between rows, the safe state on every way out (chamber.safe_state.apply_safe_state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from sqlalchemy.engine import Engine
+
+from chamber.errors import ChamberError
+from chamber.protocol_language import ProtocolError, parse_protocol
+from chamber.protocol_runner import run_protocol
+from chamber.public_csv import PublicCsvWriter, header
+from chamber.safe_state import apply_safe_state
+from chamber.stop import StopRequest
+from firmware_bridge.errors import BridgeError
+from protocols.remote_lab import store
+from protocols.remote_lab.lab_file import EMULATED, Lab
+from protocols.remote_lab.realtime import answer_call, no_operator
+from protocols.remote_lab.results import build_zip
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 6.0
+"""A worker whose heartbeat is older than this is taken for dead (heartbeats go every HEARTBEAT_S)."""
+HEARTBEAT_S = 1.0
+POLL_S = 0.02
+PROGRESS_EVERY_S = 0.2
+
+
+class WorkerRefused(Exception):
+    """A worker that cannot serve its chamber (another live worker holds it; the board is not what the lab says)."""
+
+
+def default_worker_id(chamber_id: str) -> str:
+    return f"{socket.gethostname()}/{os.getpid()}/{chamber_id}"
+
+
+def open_board(lab: Lab, chamber_id: str, stack: contextlib.ExitStack, seed: int = 0) -> Any:
+    """The chamber of the lab file, connected through the driver (an emulated board is started on a pty here and
+    stops with `stack`); refused when the board announces another kind or a config the lab file does not list."""
+    from chamber import open_chamber
+
+    entry = lab.entry(chamber_id)
+    url = entry.board
+    if url.startswith(EMULATED):
+        from simulator.board import running_board
+
+        url = stack.enter_context(running_board(entry.chamber_kind or "wt", transport="pty", seed=seed,
+                                                pace=entry.emulated_pace)).url
+    chamber = open_chamber(url, backend="serial", limits=lab.limits[chamber_id])
+    stack.callback(chamber.close)
+    if chamber.layout.chamber != entry.chamber_kind or chamber.config not in entry.configs:
+        raise WorkerRefused(f"chamber {chamber_id}: the board at {entry.board} announces {chamber.layout.chamber}/"
+                            f"{chamber.config}; the lab file expects {entry.chamber_kind} in {', '.join(entry.configs)}")
+    return chamber
+
+
+def reap(engine: Engine, now: float, ttl: float = LEASE_TTL_S, chamber_ids: list[str] | None = None) -> list[str]:
+    """End the experiments whose worker stopped mid-run (its lease stale or gone): FAILED with the reason and the
+    rows it kept (downloadable); never re-queued. Returns their ids."""
+    ended = []
+    chambers = store.chamber_rows(engine)
+    for chamber_id, row in chambers.items():
+        if chamber_ids is not None and chamber_id not in chamber_ids:
+            continue
+        alive = row["worker_id"] is not None and row["heartbeat_at"] is not None and row["heartbeat_at"] >= now - ttl
+        if alive:
+            continue
+        for experiment in store.running_on(engine, chamber_id):
+            reason = (f"worker {experiment['worker_id']} stopped mid-experiment (no heartbeat for over {ttl:g} s) at "
+                      f"instruction {experiment['current_instruction']} of {experiment['total_instructions']}; "
+                      "not run again (the instructions sent had effects); the rows it measured are in the download")
+            if finish_with_rows(engine, experiment["experiment_id"], "FAILED", reason, now, chamber_id):
+                ended.append(experiment["experiment_id"])
+    return ended
+
+
+def finish_with_rows(engine: Engine, experiment_id: str, status: str, reason: str | None, now: float,
+                     chamber_id: str, config: str | None = None) -> bool:
+    """Build the zip of what was measured and end the experiment with it (one transaction)."""
+    head, chunks, n_rows = store.rows_of(engine, experiment_id)
+    row = store.get_experiment(engine, experiment_id) or {}
+    data, checksum = build_zip(experiment_id, head, chunks, n_rows, {
+        "chamber_id": chamber_id, "config": config or row.get("config"), "status": status, "reason": reason,
+        "tag": row.get("tag"), "user_id": row.get("user_id"), "submitted_on": row.get("submitted_on"),
+        "started_on": row.get("started_on"), "finished_on": now})
+    return store.finish(engine, experiment_id, status=status, now=now, reason=reason, zip_data=data,
+                        checksum=checksum)
+
+
+class ChamberWorker:
+    """Serves one chamber until `stop` is set or its lease is lost. `open_chamber(stack)` connects the board."""
+
+    def __init__(self, engine: Engine, lab: Lab, chamber_id: str, *, worker_id: str | None = None,
+                 clock: Callable[[], float] = time.time, ttl: float = LEASE_TTL_S,
+                 open_chamber: Callable[[contextlib.ExitStack], Any] | None = None):
+        self.engine, self.lab, self.chamber_id = engine, lab, chamber_id
+        self.worker_id = worker_id or default_worker_id(chamber_id)
+        self.clock, self.ttl = clock, ttl
+        self.mode = lab.entry(chamber_id).mode
+        self.safe = lab.safe[chamber_id]
+        self._open = open_chamber or (lambda stack: open_board(lab, chamber_id, stack))
+        self.chamber: Any = None
+        self.status, self.detail = "LOADING", None
+        self.lost = threading.Event()
+        self.experiments_run = 0
+
+    # --------------------------------------------------------------------------------------- lifecycle
+    def take(self) -> None:
+        """Take the lease (WorkerRefused naming the live holder) and end what a dead predecessor left running."""
+        holder = store.take_lease(self.engine, self.chamber_id, self.worker_id, self.clock(), self.ttl)
+        if holder is not None:
+            age = self.clock() - (holder["heartbeat_at"] or 0)
+            raise WorkerRefused(f"chamber {self.chamber_id} is served by worker {holder['worker_id']} (heartbeat "
+                                f"{age:.1f} s ago); one worker per chamber")
+        reap(self.engine, self.clock() + 2 * self.ttl, self.ttl, [self.chamber_id])  # the lease is ours: they are dead
+        store.end_sessions_of(self.engine, self.chamber_id, f"chamber {self.chamber_id} was restarted")
+
+    def serve(self, stop: threading.Event) -> None:
+        """Take the lease, connect, make safe, then serve until `stop`; the chamber is left safe on every way out."""
+        self.take()
+        beat = threading.Thread(target=self._heartbeats, args=(stop,), daemon=True, name=f"beat-{self.chamber_id}")
+        beat.start()
+        try:
+            with contextlib.ExitStack() as stack:
+                self._connect(stack, stop)
+                try:
+                    self._loop(stop)
+                finally:
+                    if self.chamber is not None:
+                        outcome = apply_safe_state(self.chamber, self.safe)
+                        log.info("%s: %s", self.chamber_id, outcome.text)
+        finally:
+            self.lost.set()
+            beat.join(timeout=5)
+            store.release_lease(self.engine, self.chamber_id, self.worker_id)
+
+    def _connect(self, stack: contextlib.ExitStack, stop: threading.Event) -> None:
+        self.chamber = self._open(stack)
+        outcome = apply_safe_state(self.chamber, self.safe)  # whatever the last holder left running
+        self._say("READY" if outcome.confirmed else "ERROR", None if outcome.confirmed else outcome.text)
+
+    def _heartbeats(self, stop: threading.Event) -> None:
+        while not stop.is_set() and not self.lost.is_set():
+            if not store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.clock(), self.status,
+                                   self.detail):
+                log.error("%s: lease lost to another worker; stopping", self.chamber_id)
+                self.lost.set()
+                return
+            stop.wait(HEARTBEAT_S)
+
+    def _say(self, status: str, detail: str | None = None) -> None:
+        self.status, self.detail = status, detail
+        store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.clock(), status, detail)
+
+    def _loop(self, stop: threading.Event) -> None:
+        while not stop.is_set() and not self.lost.is_set():
+            if self.status == "ERROR" and not self._recover(stop):
+                continue
+            if self.mode == "real-time":
+                call = store.next_call(self.engine, self.chamber_id)
+                if call is not None:
+                    self._answer(call)
+                    continue
+            else:
+                claimed = store.claim_next(self.engine, self.chamber_id, self.worker_id, self.clock())
+                if claimed is not None:
+                    self.run_experiment(claimed, stop)
+                    continue
+            stop.wait(POLL_S)
+
+    def _recover(self, stop: threading.Event) -> bool:
+        """After a lost board: reset it and make it safe; False (after a pause) while it does not answer."""
+        try:
+            self.chamber.reset()
+            outcome = apply_safe_state(self.chamber, self.safe)
+            if outcome.confirmed:
+                self._say("READY")
+                return True
+            self._say("ERROR", outcome.text)
+        except (ChamberError, BridgeError, OSError) as exc:
+            self._say("ERROR", f"board not answering: {type(exc).__name__}: {exc}")
+        stop.wait(2.0)
+        return False
+
+    # --------------------------------------------------------------------------------------- experiments
+    def run_experiment(self, claimed: store.Claimed, stop: threading.Event) -> str:
+        """Run one claimed experiment to its end; returns its final status."""
+        self._say("EXECUTING")
+        chamber, experiment_id = self.chamber, claimed.experiment_id
+        halt = StopRequest()
+        last = [0.0]
+
+        def progress(instruction: Any) -> None:
+            now = time.monotonic()
+            index = instruction_index[id(instruction)]
+            if now - last[0] >= PROGRESS_EVERY_S or index == len(protocol.instructions):
+                last[0] = now
+                if store.set_progress(self.engine, experiment_id, index) == "STOPPING":
+                    halt.request("canceled")
+            if stop.is_set() or self.lost.is_set():
+                halt.request("worker stopping")
+
+        def keep(frame: Any) -> None:
+            buffer = io.StringIO()
+            PublicCsvWriter(buffer, frame.names).write_frame(frame)
+            head, _, rows = buffer.getvalue().partition("\n")
+            store.append_rows(self.engine, experiment_id, head, rows, len(frame))
+            if store.status_of(self.engine, experiment_id) == "STOPPING":
+                halt.request("canceled")
+
+        status, reason = "FAILED", None
+        try:
+            protocol = parse_protocol(claimed.instructions, source=experiment_id)
+            instruction_index = {id(ins): i for i, ins in enumerate(protocol.instructions, start=1)}
+            if claimed.config != chamber.config:
+                raise ChamberError(f"chamber {self.chamber_id} is in config {chamber.config}; the experiment asked "
+                                   f"for {claimed.config}")
+            chamber.reset()  # every experiment starts from the power-on state, then the safe settings
+            start = apply_safe_state(chamber, self.safe)
+            if not start.confirmed:
+                raise ChamberError(f"safe state before the experiment unconfirmed: {start.text}")
+            outcome = run_protocol(chamber, protocol, on_frame=keep, stop=halt, wait=halt.wait,
+                                   ask=no_operator, on_instruction=progress)
+            if outcome.error:
+                reason = f"{outcome.error['type']}: {outcome.error['message']}"
+                self._say("ERROR", reason)
+            elif outcome.interrupted:
+                status = "CANCELED" if halt.signal_name == "canceled" else "FAILED"
+                reason = ("canceled while running; the rows measured are in the download" if status == "CANCELED"
+                          else f"the worker stopped ({halt.signal_name}) at line {outcome.stopped_at_line}")
+            else:
+                status = "DONE"
+        except ProtocolError as exc:
+            reason = f"refused by the chamber: {exc}"
+        except (ChamberError, BridgeError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if claimed.config == chamber.config:
+                self._say("ERROR", reason)
+        try:
+            finish_with_rows(self.engine, experiment_id, status, reason, self.clock(), self.chamber_id,
+                             chamber.config)
+        except Exception as exc:  # a full disk, a lost database: the experiment must still end, without a zip
+            log.exception("%s: storing the result of %s failed", self.chamber_id, experiment_id)
+            status = "FAILED"
+            store.finish(self.engine, experiment_id, status="FAILED", now=self.clock(), zip_data=None, checksum=None,
+                         reason=f"the result could not be stored ({type(exc).__name__}: {exc}); nothing to download")
+        safe = apply_safe_state(chamber, self.safe)
+        if self.status != "ERROR":
+            self._say("READY" if safe.confirmed else "ERROR", None if safe.confirmed else safe.text)
+        self.experiments_run += 1
+        return status
+
+    # --------------------------------------------------------------------------------------- real-time calls
+    def _answer(self, call: dict[str, Any]) -> None:
+        self._say("EXECUTING")
+        answer_call(self, call)
+        if self.status == "EXECUTING":
+            self._say("READY")
