@@ -246,7 +246,15 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
         return multipart_csv(call["result_csv"])
 
     def answered(call_id: int, timeout: float, chamber_id: str) -> dict[str, Any]:
-        call = store.wait_for(lambda: _final(store.call_of(engine, call_id)), timeout)
+        def answer() -> dict[str, Any] | None:
+            call = _final(store.call_of(engine, call_id))
+            if call is None and live(chamber_id) is None:  # its worker stopped: nobody will answer
+                store.fail_call(engine, call_id, 503, f"chamber {chamber_id}'s worker stopped; the call was not run "
+                                                      "to its end")
+                call = _final(store.call_of(engine, call_id))
+            return call
+
+        call = store.wait_for(answer, timeout)
         if not call:
             store.fail_call(engine, call_id, 503, f"chamber {chamber_id} did not answer within {timeout:.0f} s")
             call = store.call_of(engine, call_id)

@@ -72,23 +72,26 @@ def open_board(lab: Lab, chamber_id: str, stack: contextlib.ExitStack, seed: int
     return chamber
 
 
-def reap(engine: Engine, now: float, ttl: float = LEASE_TTL_S, chamber_ids: list[str] | None = None) -> list[str]:
+def reap(engine: Engine, now: float, ttl: float = LEASE_TTL_S) -> list[str]:
     """End the experiments whose worker stopped mid-run (its lease stale or gone): FAILED with the reason and the
     rows it kept (downloadable); never re-queued. Returns their ids."""
     ended = []
-    chambers = store.chamber_rows(engine)
-    for chamber_id, row in chambers.items():
-        if chamber_ids is not None and chamber_id not in chamber_ids:
-            continue
+    for chamber_id, row in store.chamber_rows(engine).items():
         alive = row["worker_id"] is not None and row["heartbeat_at"] is not None and row["heartbeat_at"] >= now - ttl
-        if alive:
-            continue
-        for experiment in store.running_on(engine, chamber_id):
-            reason = (f"worker {experiment['worker_id']} stopped mid-experiment (no heartbeat for over {ttl:g} s) at "
-                      f"instruction {experiment['current_instruction']} of {experiment['total_instructions']}; "
-                      "not run again (the instructions sent had effects); the rows it measured are in the download")
-            if finish_with_rows(engine, experiment["experiment_id"], "FAILED", reason, now, chamber_id):
-                ended.append(experiment["experiment_id"])
+        if not alive:
+            ended += fail_orphans(engine, chamber_id, now, f"no heartbeat for over {ttl:g} s")
+    return ended
+
+
+def fail_orphans(engine: Engine, chamber_id: str, now: float, why: str) -> list[str]:
+    """End the chamber's RUNNING experiments whose worker is gone (`why`), keeping their rows."""
+    ended = []
+    for experiment in store.running_on(engine, chamber_id):
+        reason = (f"worker {experiment['worker_id']} stopped mid-experiment ({why}) at instruction "
+                  f"{experiment['current_instruction']} of {experiment['total_instructions']}; not run again (the "
+                  "instructions sent had effects); the rows it measured are in the download")
+        if finish_with_rows(engine, experiment["experiment_id"], "FAILED", reason, now, chamber_id):
+            ended.append(experiment["experiment_id"])
     return ended
 
 
@@ -121,16 +124,23 @@ class ChamberWorker:
         self.status, self.detail = "LOADING", None
         self.lost = threading.Event()
         self.experiments_run = 0
+        self.current: tuple[str, StopRequest] | None = None  # the experiment running and its stop request
 
     # --------------------------------------------------------------------------------------- lifecycle
-    def take(self) -> None:
-        """Take the lease (WorkerRefused naming the live holder) and end what a dead predecessor left running."""
+    def take(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Take the lease and end what a dead predecessor left running. A holder whose heartbeat is not renewed
+        (a process killed a moment ago, this host restarted) is waited out for up to `ttl`; one that renews it is
+        alive: WorkerRefused names it."""
         holder = store.take_lease(self.engine, self.chamber_id, self.worker_id, self.clock(), self.ttl)
         if holder is not None:
-            age = self.clock() - (holder["heartbeat_at"] or 0)
-            raise WorkerRefused(f"chamber {self.chamber_id} is served by worker {holder['worker_id']} (heartbeat "
-                                f"{age:.1f} s ago); one worker per chamber")
-        reap(self.engine, self.clock() + 2 * self.ttl, self.ttl, [self.chamber_id])  # the lease is ours: they are dead
+            seen = holder["heartbeat_at"] or 0.0
+            sleep(max(0.0, seen + self.ttl - self.clock()) + HEARTBEAT_S)
+            holder = store.take_lease(self.engine, self.chamber_id, self.worker_id, self.clock(), self.ttl)
+            if holder is not None:
+                age = self.clock() - (holder["heartbeat_at"] or 0)
+                raise WorkerRefused(f"chamber {self.chamber_id} is served by worker {holder['worker_id']} (heartbeat "
+                                    f"{age:.1f} s ago); one worker per chamber")
+        fail_orphans(self.engine, self.chamber_id, self.clock(), "its lease was taken over")
         store.end_sessions_of(self.engine, self.chamber_id, f"chamber {self.chamber_id} was restarted")
 
     def serve(self, stop: threading.Event) -> None:
@@ -163,6 +173,13 @@ class ChamberWorker:
                                    self.detail):
                 log.error("%s: lease lost to another worker; stopping", self.chamber_id)
                 self.lost.set()
+            current = self.current
+            if current is not None:  # a cancel or a stop must reach an experiment inside a long WAIT too
+                if self.lost.is_set() or stop.is_set():
+                    current[1].request("worker stopping")
+                elif store.status_of(self.engine, current[0]) == "STOPPING":
+                    current[1].request("canceled")
+            if self.lost.is_set():
                 return
             stop.wait(HEARTBEAT_S)
 
@@ -227,6 +244,7 @@ class ChamberWorker:
                 halt.request("canceled")
 
         status, reason = "FAILED", None
+        self.current = (experiment_id, halt)
         try:
             protocol = parse_protocol(claimed.instructions, source=experiment_id)
             instruction_index = {id(ins): i for i, ins in enumerate(protocol.instructions, start=1)}
@@ -254,6 +272,7 @@ class ChamberWorker:
             reason = f"{type(exc).__name__}: {exc}"
             if claimed.config == chamber.config:
                 self._say("ERROR", reason)
+        self.current = None
         try:
             finish_with_rows(self.engine, experiment_id, status, reason, self.clock(), self.chamber_id,
                              chamber.config)
