@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from chamber.errors import ChamberError
 from chamber.protocol_language import ProtocolError, parse_protocol
@@ -46,6 +47,11 @@ PROGRESS_EVERY_S = 0.2
 
 class WorkerRefused(Exception):
     """A worker that cannot serve its chamber (another live worker holds it; the board is not what the lab says)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return f"{type(getattr(exc, 'orig', None) or exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def default_worker_id(chamber_id: str) -> str:
@@ -125,6 +131,7 @@ class ChamberWorker:
         self.lost = threading.Event()
         self.experiments_run = 0
         self.current: tuple[str, StopRequest] | None = None  # the experiment running and its stop request
+        self.unfinished: list[tuple[str, str | None]] = []  # ended experiments the database did not take yet
 
     # --------------------------------------------------------------------------------------- lifecycle
     def take(self, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -169,19 +176,25 @@ class ChamberWorker:
 
     def _heartbeats(self, stop: threading.Event) -> None:
         while not stop.is_set() and not self.lost.is_set():
-            if not store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.clock(), self.status,
-                                   self.detail):
-                log.error("%s: lease lost to another worker; stopping", self.chamber_id)
-                self.lost.set()
-            current = self.current
-            if current is not None:  # a cancel or a stop must reach an experiment inside a long WAIT too
-                if self.lost.is_set() or stop.is_set():
-                    current[1].request("worker stopping")
-                elif store.status_of(self.engine, current[0]) == "STOPPING":
-                    current[1].request("canceled")
+            try:
+                if not store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.clock(), self.status,
+                                       self.detail):
+                    log.error("%s: lease lost to another worker; stopping", self.chamber_id)
+                    self.lost.set()
+                current = self.current
+                if current is not None:  # a cancel or a stop must reach an experiment inside a long WAIT too
+                    if self.lost.is_set() or stop.is_set():
+                        current[1].request("worker stopping")
+                    elif store.status_of(self.engine, current[0]) == "STOPPING":
+                        current[1].request("canceled")
+            except SQLAlchemyError as exc:  # the database away for a moment: the next beat tries again
+                log.warning("%s: heartbeat failed: %s", self.chamber_id, _first_line(exc))
             if self.lost.is_set():
                 return
             stop.wait(HEARTBEAT_S)
+        current = self.current
+        if current is not None:  # stopping: an experiment inside a long WAIT stops now, not when the WAIT ends
+            current[1].request("worker stopping")
 
     def _say(self, status: str, detail: str | None = None) -> None:
         self.status, self.detail = status, detail
@@ -189,6 +202,10 @@ class ChamberWorker:
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.is_set() and not self.lost.is_set():
+            if self.unfinished:  # nothing new starts before every experiment taken has ended
+                self._retry_unfinished()
+                stop.wait(1.0)
+                continue
             if self.status == "ERROR" and not self._recover(stop):
                 continue
             if self.mode == "real-time":
@@ -272,20 +289,42 @@ class ChamberWorker:
             reason = f"{type(exc).__name__}: {exc}"
             if claimed.config == chamber.config:
                 self._say("ERROR", reason)
+        except SQLAlchemyError as exc:  # the rows could not be kept (a full disk): stop, keep what was stored
+            reason = f"the lab's database refused the rows ({_first_line(exc)}); the rows stored before are kept"
+            log.error("%s: %s: %s", self.chamber_id, experiment_id, reason)
         self.current = None
-        try:
-            finish_with_rows(self.engine, experiment_id, status, reason, self.clock(), self.chamber_id,
-                             chamber.config)
-        except Exception as exc:  # a full disk, a lost database: the experiment must still end, without a zip
-            log.exception("%s: storing the result of %s failed", self.chamber_id, experiment_id)
-            status = "FAILED"
-            store.finish(self.engine, experiment_id, status="FAILED", now=self.clock(), zip_data=None, checksum=None,
-                         reason=f"the result could not be stored ({type(exc).__name__}: {exc}); nothing to download")
+        self._end(experiment_id, status, reason, chamber.config)
         safe = apply_safe_state(chamber, self.safe)
         if self.status != "ERROR":
             self._say("READY" if safe.confirmed else "ERROR", None if safe.confirmed else safe.text)
         self.experiments_run += 1
         return status
+
+    def _end(self, experiment_id: str, status: str, reason: str | None, config: str) -> None:
+        """End the experiment with the zip of its rows; when the database cannot take the zip (a full disk), end it
+        FAILED without one (never a zip without its checksum); when it cannot take even that, retry later."""
+        try:
+            finish_with_rows(self.engine, experiment_id, status, reason, self.clock(), self.chamber_id, config)
+            return
+        except SQLAlchemyError as exc:
+            why = (f"the result could not be stored ({_first_line(exc)}); "
+                   f"{'status would have been ' + status + '; ' if status != 'FAILED' else ''}nothing to download")
+            log.error("%s: %s: %s", self.chamber_id, experiment_id, why)
+            reason = f"{reason}; {why}" if reason and status == "FAILED" else why
+        try:
+            store.finish(self.engine, experiment_id, status="FAILED", now=self.clock(), reason=reason,
+                         zip_data=None, checksum=None)
+        except SQLAlchemyError:
+            self.unfinished.append((experiment_id, reason))
+
+    def _retry_unfinished(self) -> None:
+        for experiment_id, reason in list(self.unfinished):
+            try:
+                store.finish(self.engine, experiment_id, status="FAILED", now=self.clock(), reason=reason,
+                             zip_data=None, checksum=None)
+                self.unfinished.remove((experiment_id, reason))
+            except SQLAlchemyError:
+                return
 
     # --------------------------------------------------------------------------------------- real-time calls
     def _answer(self, call: dict[str, Any]) -> None:
