@@ -134,7 +134,10 @@ def open_store(url: str) -> Engine:
             cursor.close()
     else:
         engine = sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
-    metadata.create_all(engine)
+    with engine.begin() as db:
+        if engine.dialect.name == "postgresql":  # processes starting together on a new database create it once
+            db.exec_driver_sql("SELECT pg_advisory_xact_lock(2025122501)")
+        metadata.create_all(db)
     return engine
 
 
