@@ -204,13 +204,15 @@ class RowMeter:
 
 
 def board_selection(backend: str, port: str | None, chamber: str, config: str, seed: int, params: Path | None,
-                    limits: Path | None, boot_timeout: float) -> Any:
-    """The one chamber of an operator command: the serial board at `port`, or the in-process simulator of
-    `chamber`/`config` (chamber.selection.ChamberSelection; its limits file applies to this chamber as given)."""
+                    limits: Path | None, boot_timeout: float, lab_credentials: Path | None = None) -> Any:
+    """The one chamber of an operator command: the serial board (or Remote Lab chamber, lab+http://...) at `port`,
+    or the in-process simulator of `chamber`/`config` (chamber.selection.ChamberSelection; its limits file applies
+    to this chamber as given)."""
     from chamber.selection import selection_of
 
     return selection_of(backend, [port] if backend == "serial" and port else None, kinds=(chamber,), config=config,
-                        seed=seed, params=params, limits=limits, boot_timeout=boot_timeout, one_chamber=True)
+                        seed=seed, params=params, limits=limits, boot_timeout=boot_timeout, one_chamber=True,
+                        lab_credentials=lab_credentials)
 
 
 def _open_one(selection: Any, warn: Say, safe_file: str | Path | None = None, make_safe: bool = True) -> Any:

@@ -5,7 +5,9 @@ own way (YAML params here, JSON there, a duplicate-chamber check only in `serve`
 `ChamberSelection` says what to open; `open_chambers` opens it and returns `OpenChambers`, which closes every
 chamber through its safe state (chamber/safe_state.py) on exit, also when opening the second chamber fails.
 
-Backends: `serial` (pyserial URLs: device paths, ptys, socket://; the kind is what the board announces),
+Backends: `serial` (pyserial URLs: device paths, ptys, socket://; the kind is what the board announces; a
+`lab+http://HOST:PORT/v0/CHAMBER_ID` URL is a Remote Lab chamber, chamber/remote_lab_backend.py, with the
+credentials file `lab_credentials`, else env CHAMBERLAB_LAB_CREDENTIALS),
 `sim` (the emulated firmware in this process) and `emulated` (emulated boards on ptys, reached through the real
 serial driver, as `make run` does; chamber/emulated.py starts them).
 """
@@ -14,10 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -55,12 +58,13 @@ class ChamberSelection(BaseModel):
     limits: Path | None = None
     boot_timeout: float = 6.0
     one_chamber: bool = False
+    lab_credentials: Path | None = None  # the Remote Lab's .ini file, for lab+http:// ports
 
     @model_validator(mode="after")
     def _consistent(self) -> "ChamberSelection":
         if self.backend == "serial" and not self.ports:
-            raise ValueError("backend serial needs a port URL (--port: device path, pty or socket://host:port; "
-                             "or the simulator, --backend sim)")
+            raise ValueError("backend serial needs a port URL (--port: device path, pty, socket://host:port or "
+                             "lab+http://HOST:PORT/v0/CHAMBER_ID; or the simulator, --backend sim)")
         if self.backend != "serial" and self.ports:
             raise ValueError(f"backend {self.backend} and a port URL exclude each other; got {', '.join(self.ports)}")
         if not self.kinds:
@@ -171,10 +175,32 @@ def _limits(selection: ChamberSelection) -> OperatorLimits | None:
     return limits if selection.one_chamber else limits.covering()
 
 
+LAB_CREDENTIALS_ENV = "CHAMBERLAB_LAB_CREDENTIALS"
+
+
+def lab_credentials_of(selection: ChamberSelection, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(user, password) for the selection's Remote Lab ports (`lab+...`), read from `selection.lab_credentials`,
+    else the file named by env CHAMBERLAB_LAB_CREDENTIALS; None without such a port. Every lab URL is parsed here
+    too, so a malformed one or a missing file stops the command before any chamber opens."""
+    from chamber.remote_lab_backend import is_remote_lab_url, parse_remote_lab_url, read_credentials
+
+    lab_ports = [p for p in selection.ports if is_remote_lab_url(p)]
+    if not lab_ports:
+        return None
+    for port in lab_ports:
+        parse_remote_lab_url(port)
+    path = selection.lab_credentials or environ.get(LAB_CREDENTIALS_ENV) or None
+    if path is None:
+        raise SelectionError(f"the Remote Lab chamber {lab_ports[0]} needs credentials: --lab-credentials FILE (an "
+                             f".ini file with [api_keys] user and password) or env {LAB_CREDENTIALS_ENV}")
+    return read_credentials(path)
+
+
 def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None, make_safe: bool = True,
                   resolve_safe: bool = False, safe_file: str | Path | None = None,
                   warn: Callable[[str], None] | None = None,
-                  on_connect: Callable[[str, Chamber, str], None] = lambda kind, chamber, where: None) -> OpenChambers:
+                  on_connect: Callable[[str, Chamber, str], None] = lambda kind, chamber, where: None,
+                  environ: Mapping[str, str] | None = None) -> OpenChambers:
     """Open every chamber of `selection` (each connected: reset, announced, limits checked against it).
 
     A given `safe` state is checked against each chamber at once, so a typo in it stops the command before any
@@ -182,10 +208,12 @@ def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None,
     sections, else the default: chamber.safe_state.resolve_safe_state), from the limits this call reads anyway,
     so an operator command reads its limits file once. Two boards announcing the same chamber are refused. On any
     failure the chambers already opened are left safe and closed before the error propagates.
-    `on_connect(kind, chamber, where)` reports each one."""
+    `on_connect(kind, chamber, where)` reports each one. `environ` (default os.environ) may name the Remote Lab
+    credentials file (lab_credentials_of)."""
     from chamber import open_chamber
     from firmware_bridge.session import Timing
 
+    credentials = lab_credentials_of(selection, os.environ if environ is None else environ)
     limits = _limits(selection)
     if resolve_safe:
         safe = resolve_safe_state(safe_file, limits)
@@ -204,7 +232,8 @@ def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None,
                                                      seed=selection.seed, params=params, limits=limits)
                 on_connect(kind, opened.chambers[kind], "in-process")
         for url in urls:
-            c = open_chamber(url, backend="serial", limits=limits, timing=Timing(boot_timeout=selection.boot_timeout))
+            c = open_chamber(url, backend="serial", limits=limits, timing=Timing(boot_timeout=selection.boot_timeout),
+                             **({"lab_credentials": credentials} if url.startswith("lab+") else {}))
             kind = c.layout.chamber
             if kind in opened.chambers:
                 safe_close(c, safe)

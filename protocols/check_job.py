@@ -28,13 +28,16 @@ class JobRefused(ValueError):
 
 
 def lab_selection(backend: str | None, port: list[str] | None, seed: int, limits: str | Path | None,
-                  params: str | Path | None = None, chamber: str = "both") -> Any:
-    """The chambers of a grading command or the service: the boards at the `port` URLs (the kind each announces),
-    else the in-process simulator of `chamber` (wt, lt or both)."""
+                  params: str | Path | None = None, chamber: str = "both",
+                  lab_credentials: str | Path | None = None) -> Any:
+    """The chambers of a grading command or the service: the boards at the `port` URLs (the kind each announces;
+    a lab+http:// URL is a Remote Lab chamber, with the credentials file `lab_credentials`), else the in-process
+    simulator of `chamber` (wt, lt or both)."""
     from chamber.selection import selection_of
 
     kinds = ("wt", "lt") if chamber == "both" else (chamber,)
-    return selection_of(backend, port, seed=seed, params=params, limits=limits, kinds=kinds)
+    return selection_of(backend, port, seed=seed, params=params, limits=limits, kinds=kinds,
+                        lab_credentials=lab_credentials)
 
 
 def open_station_file(station_file: str | Path | None, say: Say) -> Any:
