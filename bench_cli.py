@@ -110,14 +110,14 @@ def opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return flags, kw
 
 
+LAB_CREDENTIALS = opt("--lab-credentials", type=Path, default=None, metavar="PATH", help="Remote Lab credentials "
+                      "(.ini: [api_keys] user, password) for a lab+http:// --port; else env CHAMBERLAB_LAB_CREDENTIALS")
 SIM, CLAIMS = "(sim backend)", "a claim file or folder of them (repeatable; default: packaged + chamber-part claims)"
 OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "board": [  # chamber info|measure|run|shell: one chamber, serial or in-process
         opt("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port; or a Remote Lab chamber "
             "lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]"),
-        opt("--lab-credentials", type=Path, default=None, metavar="PATH",
-            help="Remote Lab credentials (.ini: [api_keys] user, password) for a lab+http:// --port; "
-                 "else env CHAMBERLAB_LAB_CREDENTIALS"),
+        LAB_CREDENTIALS,
         opt("--backend", choices=["serial", "sim"], default="serial",
             help="serial: the board at --port (default); sim: the simulator in this process"),
         opt("--chamber", choices=["wt", "lt"], default="wt", help=SIM), opt("--config", default="standard", help=SIM),
@@ -135,9 +135,7 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         opt("--port", action="append", default=None, metavar="URL",
             help="pyserial URL of a chamber (device path, pty, socket://) or a Remote Lab chamber "
                  "lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]; repeat for wind + light tunnel"),
-        opt("--lab-credentials", type=Path, default=None, metavar="PATH",
-            help="Remote Lab credentials (.ini: [api_keys] user, password) for a lab+http:// --port; "
-                 "else env CHAMBERLAB_LAB_CREDENTIALS"),
+        LAB_CREDENTIALS,
         opt("--seed", type=SEED, default=0, help="simulator seed (with --backend sim)"),
         opt("--params", default=None, help="simulator parameter file, YAML or JSON (with --backend sim)"),
         opt("--limits", default=None, help="operator limits file (YAML/JSON) enforced by the driver"),
@@ -244,7 +242,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
              job=lambda a: lib("agent.main_job").MainJob.pick({**vars(a), "datasheets_dir": sheets(a)}),
              progress=lambda a: lib("protocols.bench_job").TextProgress(sys.stderr)), [
             opt("--port", action="append", metavar="URL", help="real chamber(s) instead of the emulated boards "
-                "(repeat for wind + light tunnel)"), "runs-dir", "claim-ids", rows,
+                "(repeat for wind + light tunnel; lab+http://HOST:PORT/v0/CHAMBER_ID: a Remote Lab chamber)"),
+            LAB_CREDENTIALS, "runs-dir", "claim-ids", rows,
             opt("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)"),
             opt("--resume", type=Path, help="resume this run directory (finished cells kept)"),
             opt("--new", **flag, help="start a new run even if the last one was interrupted (default: resume it)"),
@@ -409,7 +408,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
                 "whose board is on this host (repeatable)")]),
         ("lab user", "lab accounts: add NAME --password-file FILE | list | remove NAME",
          job("protocols.remote_lab.service:user_job", "user_text"), [
-            opt("action", choices=["add", "list", "remove"]), opt("name", nargs="?", help="user name"),
+            opt("action", choices=["add", "list", "remove"], help="add a user, list users, remove a user"),
+            opt("name", nargs="?", help="user name (add, remove)"),
             opt("--password-file", type=Path, help="file whose first line is the password (add)"),
             opt("--max-queued", type=POSITIVE, help="queued experiments this user may have (default: the lab's)"),
             *LAB_STORE]),

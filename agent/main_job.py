@@ -41,6 +41,7 @@ class MainJob(BaseModel):
     station: str | None = None
     no_station: bool = False
     limits: str | None = None
+    lab_credentials: Path | None = None  # the Remote Lab's .ini file, for lab+http:// ports
     datasheets_dir: Path
 
     @classmethod
@@ -98,7 +99,8 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         progress.say(f"agent part will be skipped: {skipped_agent}")
         model = None
     backend = "serial:" + ",".join(ports) if ports else "emulated boards on ptys"
-    opened = open_job_chambers(ports, seed=job.seed, limits=job.limits, say=progress.say)
+    opened = open_job_chambers(ports, seed=job.seed, limits=job.limits, say=progress.say,
+                               lab_credentials=job.lab_credentials)
     try:
         folder = open_run_folder(job.runs_dir, backend, resume=job.resume, new=job.new)
     except BaseException:

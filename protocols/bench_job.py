@@ -277,13 +277,13 @@ def open_lab(selection: Any, say: Say, **kinds: Any) -> Any:
 
 
 def open_job_chambers(ports: Sequence[str] | None, *, seed: int, limits: str | Path | None,
-                      say: Callable[[str], None]) -> Any:
+                      say: Callable[[str], None], lab_credentials: Path | None = None) -> Any:
     """The main job's chambers: the boards at `ports`, else both emulated boards on ptys (seeded); opened
     (chamber.selection.OpenChambers: left safe and closed on exit), each connection said."""
     from chamber.selection import selection_of
 
     return open_lab(selection_of(None if ports else "emulated", list(ports) if ports else None, seed=seed,
-                                 limits=limits), say)
+                                 limits=limits, lab_credentials=lab_credentials), say)
 
 
 def job_station_file(station: str | None, *, no_station: bool, real_ports: bool) -> str | None:

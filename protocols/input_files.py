@@ -19,7 +19,8 @@ class InputFileError(ValueError):
 TEXT_FILE_OPTIONS = {"params": "--params", "limits": "--limits", "safe": "--safe", "station": "--station",
                      "calibration": "--calibration", "prices": "--prices", "base": "--base",
                      "token_file": "--token-file", "chamber_token_file": "--chamber-token-file",
-                     "recording": "recording", "protocol": "protocol", "station_file": "station_file"}
+                     "recording": "recording", "protocol": "protocol", "station_file": "station_file",
+                     "lab_credentials": "--lab-credentials", "password_file": "--password-file"}
 """The command-line options (by their parsed name) that name a text file: YAML, JSON, CSV, protocol, token."""
 
 
