@@ -172,6 +172,8 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
     def queue(chamber_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
         if chamber_id not in lab.spec.chambers:
             raise LabRequestError(403, f"no chamber {chamber_id!r} in this lab")
+        if lab.entry(chamber_id).mode != "queue":
+            raise LabRequestError(400, f"chamber {chamber_id} runs real-time sessions; it has no queue")
         return {"experiments": [shown(r, request) for r in store.queue_of(engine, chamber_id)]}
 
     @app.post("/v0/experiments")

@@ -37,7 +37,7 @@ class Caps(BaseModel):
     max_wait_ms: int = Field(600_000, ge=1)  # one WAIT: 10 min
     max_total_wait_ms: int = Field(6 * 3600_000, ge=1)  # all WAITs of one experiment: 6 h
     max_msr_rows: int = Field(10_000, ge=1, le=32_767)  # one MSR (the firmware reads n as a 16-bit int)
-    max_total_rows: int = Field(100_000, ge=1)  # all rows of one experiment
+    max_total_rows: int = Field(10 * 10_000, ge=1)  # all rows of one experiment: ten of the largest MSRs
     max_queued_per_user: int = Field(20, ge=1)
     max_tag_chars: int = Field(200, ge=1, le=200)
 

@@ -244,6 +244,13 @@ def status_of(engine: Engine, experiment_id: str) -> str | None:
         return db.scalar(sa.select(experiments.c.status).where(experiments.c.experiment_id == experiment_id))
 
 
+def set_header(engine: Engine, experiment_id: str, header: str) -> None:
+    """The CSV header of the chamber that runs it, kept before any row: an experiment that measured nothing still
+    downloads as a CSV with its columns (the client's pandas refuses a file without them)."""
+    with engine.begin() as db:
+        db.execute(experiments.update().where(experiments.c.experiment_id == experiment_id).values(csv_header=header))
+
+
 def append_rows(engine: Engine, experiment_id: str, header: str, csv_text: str, n_rows: int) -> None:
     """Keep a chunk of rows (CSV lines) the moment it arrives; the header is kept with the first chunk."""
     with engine.begin() as db:

@@ -262,6 +262,7 @@ class ChamberWorker:
 
         status, reason = "FAILED", None
         self.current = (experiment_id, halt)
+        store.set_header(self.engine, experiment_id, header(chamber.layout.names))
         try:
             protocol = parse_protocol(claimed.instructions, source=experiment_id)
             instruction_index = {id(ins): i for i, ins in enumerate(protocol.instructions, start=1)}
