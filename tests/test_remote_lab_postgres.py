@@ -454,3 +454,47 @@ def test_restarting_the_api_process_loses_no_experiment(lab_setup: Processes, tm
         assert_done_once(lab, history.last[e], rows, tmp_path / "downloads")
     history.started_once()
     assert api_2.proc.poll() is None
+
+
+def test_a_real_time_session_reaches_a_chamber_served_by_another_hosts_worker(fresh_postgres_db: str,
+                                                                              tmp_path: Path) -> None:
+    """The API process has no worker; the session's calls travel through the database to the worker process that
+    holds the chamber, and the rows come back. When that worker dies, the session's next call fails at once
+    (LabError 503 naming the stopped worker), not after the call timeout."""
+    from causalchamber.lab import Chamber
+    from causalchamber.lab.exceptions import LabError
+
+    lab_file = tmp_path / "rt-lab.json"
+    lab_file.write_text(json.dumps({"chambers": {"wt-rt": {"board": "emulated:wt", "mode": "real-time"}}}))
+    (tmp_path / "password").write_text(PASSWORD + "\n", encoding="utf-8")
+    added = subprocess.run([CHAMBERLAB, "lab", "user", "add", USER, "--password-file", str(tmp_path / "password"),
+                            "--db", fresh_postgres_db], capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    procs = Processes(tmp_path, fresh_postgres_db, lab_file)
+    try:
+        api, ready = procs.api("api")
+        worker = procs.worker("worker", "wt-rt")
+        lab = client_with(tmp_path, ready["endpoint"])
+        poll("wt-rt READY", lambda: chamber_status(lab) == {"wt-rt": "READY"}, 60)
+        chamber = Chamber("wt-rt", "standard", credentials=(USER, PASSWORD), endpoint=ready["endpoint"], verbose=0)
+        assert chamber.set("load_in", 0.5) is None
+        rows = chamber.measure(4)
+        assert len(rows) == 4 and rows["load_in"].tolist() == [0.5] * 4
+        batch = chamber.new_batch()
+        batch.set("load_out", 0.25)
+        batch.measure(2)
+        assert batch.submit()["load_out"].tolist() == [0.25, 0.25]
+        worker.kill()
+        started = time.monotonic()
+        with pytest.raises(LabError) as failed:
+            chamber.measure(1)
+        assert failed.value.code == 503 and "worker" in failed.value.message
+        assert time.monotonic() - started < 20  # the lease's 6 s, not the call's 120 s timeout
+    finally:
+        procs.kill_all()
+
+
+def client_with(folder: Path, endpoint: str) -> Any:
+    from causalchamber.lab import Lab
+
+    return Lab(credentials=(USER, PASSWORD), endpoint=endpoint, verbose=False)
