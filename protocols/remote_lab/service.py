@@ -119,8 +119,9 @@ def _until_interrupted(stop: threading.Event) -> None:
 
 def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: str, listen_port: int,
               worker: Sequence[str], on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None],
-              stop: threading.Event | None = None) -> int:
-    """Serve the API (and, on SQLite, a worker per chamber; on PostgreSQL the --worker ones) until interrupted."""
+              stop: threading.Event | None = None, no_workers: bool = False) -> int:
+    """Serve the API (and, on SQLite, a worker per chamber; on PostgreSQL the --worker ones; none with
+    `no_workers`, when `lab worker` processes serve every chamber) until interrupted."""
     from protocols.api.server import serve_in_thread
     from protocols.remote_lab.app import create_app
     from protocols.serve_job import check_port_free
@@ -133,7 +134,9 @@ def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: s
     accounts = Accounts(engine, time.time)
     credentials = _demo_account(accounts, Path(data or DEFAULT_DATA)) if config is None else None
     sqlite = url.startswith("sqlite")
-    chamber_ids = list(lab.spec.chambers) if sqlite and not worker else list(worker)
+    if no_workers and worker:
+        raise ValueError(f"--no-workers and --worker {worker[0]} exclude each other")
+    chamber_ids = [] if no_workers else list(lab.spec.chambers) if sqlite and not worker else list(worker)
     scheduler_id = f"{socket.gethostname()}/{os.getpid()}"
     app = create_app(engine, lab, accounts, scheduler_id=scheduler_id, codebase_version=_version())
     stop = stop or threading.Event()

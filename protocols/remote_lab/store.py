@@ -303,12 +303,18 @@ def running_on(engine: Engine, chamber_id: str) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------------ chambers
 def register_chambers(engine: Engine, chamber_ids: Iterable[str]) -> None:
-    """A row per chamber of the lab file (OFFLINE until a worker takes it); existing rows are kept."""
-    with engine.begin() as db:
+    """A row per chamber of the lab file (OFFLINE until a worker takes it); existing rows are kept. Processes
+    starting together may insert the same row: the second insert's conflict is the row being there, as wanted."""
+    with engine.connect() as db:
         known = set(db.scalars(sa.select(chambers.c.chamber_id)))
-        for chamber_id in chamber_ids:
-            if chamber_id not in known:
+    for chamber_id in chamber_ids:
+        if chamber_id in known:
+            continue
+        try:
+            with engine.begin() as db:
                 db.execute(chambers.insert().values(chamber_id=chamber_id, status="OFFLINE"))
+        except sa.exc.IntegrityError:
+            pass
 
 
 def take_lease(engine: Engine, chamber_id: str, worker_id: str, now: float, ttl: float) -> dict[str, Any] | None:
