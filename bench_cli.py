@@ -399,7 +399,9 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)"),
             opt("--listen-port", type=TCP_PORT, default=8780, help="TCP port (default 8780; 0 = any free port)"),
             opt("--worker", action="append", default=[], metavar="CHAMBER_ID", help="run this chamber's worker in "
-                "this process (repeatable; default on SQLite: every chamber; on PostgreSQL: none)")]),
+                "this process (repeatable; default on SQLite: every chamber; on PostgreSQL: none)"),
+            opt("--no-workers", action="store_true", help="serve the API only (`lab worker` processes run the "
+                "chambers)")]),
         ("lab worker", "run the experiments and sessions of chambers plugged into this host (lab spread over hosts)",
          job("protocols.remote_lab.service:run_workers", on_ready=lambda a: lambda d: say(
              f"serving {', '.join(d['chambers'])} from {d['host']} (database {d['database']}); Ctrl-C stops")), [
