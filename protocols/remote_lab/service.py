@@ -94,10 +94,18 @@ class Workers:
             thread.start()
         return self
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def stop(self, timeout: float = 60.0) -> int:
+        """Stop every worker; say how each chamber was left. The exit code of that: 3 when a chamber's safe state
+        was not confirmed (protocols/exit_codes.py), else 0."""
         self.stop_event.set()
         for thread in self.threads:
             thread.join(timeout=timeout)
+        unconfirmed = False
+        for worker in self.workers:
+            if worker.final_safe is not None:
+                self.say(f"{worker.chamber_id}: {worker.final_safe.text}")
+                unconfirmed |= not worker.final_safe.confirmed
+        return 3 if unconfirmed else 0
 
 
 def _reaper(engine: Any, stop: threading.Event, clock: Callable[[], float]) -> None:
@@ -153,9 +161,9 @@ def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: s
     finally:
         stop.set()
         say("stopping: workers finish their current row, leave their chambers safe and hand back their leases")
-        workers.stop()
+        code = workers.stop()
         engine.dispose()
-    return 0
+    return code
 
 
 def run_workers(*, config: Path, db: str | None, data: Path | None, chamber: Sequence[str],
@@ -177,9 +185,9 @@ def run_workers(*, config: Path, db: str | None, data: Path | None, chamber: Seq
     except KeyboardInterrupt:
         pass
     finally:
-        workers.stop()
+        code = workers.stop()
         engine.dispose()
-    return 2 if workers.errors else 0
+    return code or (2 if workers.errors else 0)
 
 
 def user_job(*, action: str, name: str | None, password_file: Path | None, db: str | None, data: Path | None,

@@ -132,6 +132,7 @@ class ChamberWorker:
         self.experiments_run = 0
         self.current: tuple[str, StopRequest] | None = None  # the experiment running and its stop request
         self.unfinished: list[tuple[str, str | None]] = []  # ended experiments the database did not take yet
+        self.final_safe: Any = None  # the safe state applied on the way out (chamber.safe_state.SafeOutcome)
 
     # --------------------------------------------------------------------------------------- lifecycle
     def take(self, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -162,8 +163,8 @@ class ChamberWorker:
                     self._loop(stop)
                 finally:
                     if self.chamber is not None:
-                        outcome = apply_safe_state(self.chamber, self.safe)
-                        log.info("%s: %s", self.chamber_id, outcome.text)
+                        self.final_safe = apply_safe_state(self.chamber, self.safe)
+                        log.info("%s: %s", self.chamber_id, self.final_safe.text)
         finally:
             self.lost.set()
             beat.join(timeout=5)
