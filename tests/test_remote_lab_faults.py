@@ -128,19 +128,41 @@ def test_a_full_disk_fails_the_experiment_without_a_zip_and_the_lab_goes_on(engi
     capped.dispose()
 
 
+def age_lease(engine, chamber_id, seconds):
+    """Make the chamber's heartbeat `seconds` old by the database's clock (the one that judges leases)."""
+    with engine.begin() as db:
+        db.execute(store.chambers.update().where(store.chambers.c.chamber_id == chamber_id).values(
+            heartbeat_at=store.database_now(engine) - seconds))
+
+
 def test_a_worker_that_died_mid_experiment_is_reaped_its_rows_kept_and_never_rerun(engine):
     experiment_id = submit(engine, ["MSR,5,0", "WAIT,100000"])
-    now = time.time()
-    assert store.take_lease(engine, "wt-1", "dead-worker", now - 30, ttl=6) is None
-    claimed = store.claim_next(engine, "wt-1", "dead-worker", now - 29)
+    assert store.take_lease(engine, "wt-1", "dead-worker", ttl=6) is None
+    claimed = store.claim_next(engine, "wt-1", "dead-worker", time.time())
     store.append_rows(engine, claimed.experiment_id, "timestamp,config,counter", "1.0,standard,0\n", 1)
     store.set_progress(engine, claimed.experiment_id, 2)
-    assert reap(engine, now, ttl=6) == [experiment_id]
+    assert reap(engine, ttl=6) == []  # its heartbeat is fresh: alive, left alone
+    age_lease(engine, "wt-1", 30)
+    assert reap(engine, ttl=6) == [experiment_id]
     row = store.get_experiment(engine, experiment_id)
     assert row["status"] == "FAILED" and "dead-worker stopped mid-experiment" in row["reason"]
     assert "instruction 2 of 2" in row["reason"] and zip_rows(engine, row) == ["1.0,standard,0"]
-    assert store.claim_next(engine, "wt-1", "w2", now) is None  # not queued again
-    assert reap(engine, now + 100, ttl=6) == []  # ended once
+    assert not store.append_rows(engine, experiment_id, "h", "2.0,standard,1\n", 1)  # a late row is not kept
+    assert store.get_experiment(engine, experiment_id)["n_observations"] == 1  # the count matches the zip
+    assert store.claim_next(engine, "wt-1", "w2", time.time()) is None  # not queued again (and w2 holds no lease)
+    assert reap(engine, ttl=6) == []  # ended once
+
+
+def test_a_worker_reaped_while_alive_stops_its_experiment_and_keeps_the_zip_as_reaped(engine):
+    boards = []
+    with serving(engine, boards) as worker:
+        experiment_id = submit(engine, ["MSR,3,0", "WAIT,60000", "MSR,3,0"])
+        wait_until(lambda: store.get_experiment(engine, experiment_id)["n_observations"] == 3)
+        assert store.finish(engine, experiment_id, status="FAILED", now=time.time(), reason="reaped (test)",
+                            zip_data=None, checksum=None)  # what the reaper does after a long heartbeat stall
+        wait_until(lambda: worker.current is None, timeout=5)  # the heartbeat saw it: the WAIT was cut short
+        row = store.get_experiment(engine, experiment_id)
+        assert row["status"] == "FAILED" and row["reason"] == "reaped (test)" and row["n_observations"] == 3
 
 
 def test_a_cancel_reaches_an_experiment_inside_a_long_wait(engine):

@@ -124,3 +124,24 @@ def test_accounts_hash_passwords_and_refuse_what_they_should(tmp_path):
     with pytest.raises(AccountError, match="cannot read password file"):
         read_password_file(tmp_path / "missing")
     engine.dispose()
+
+
+def test_an_exponent_too_large_for_a_float_is_refused_before_it_is_written_out():
+    caps = demo_lab().caps
+    for value in ("1e-9999999", "1e-400", "1e-300"):  # the last is a float, but 302 characters written out
+        with pytest.raises(InvalidProtocol, match="expected"):
+            check_protocol([f"SET,load_in,{value}"], kind="wt", config="standard", limits=None, caps=caps)
+    assert check_protocol(["SET,load_in,1e-07"], kind="wt", config="standard", limits=None,
+                          caps=caps).instructions == ["SET,load_in,0.0000001"]
+
+
+def test_only_the_chambers_lease_holder_claims_its_experiments(tmp_path):
+    engine = store.open_store(f"sqlite:///{tmp_path / 'lab.sqlite'}")
+    store.register_chambers(engine, ["wt-1"])
+    store.submit(engine, user_id="ann", chamber_id="wt-1", config="standard", instructions=["MSR,1,0"], tag=None,
+                 now=1.0, scheduler_id="t", max_queued=5)
+    assert store.claim_next(engine, "wt-1", "w1", 2.0) is None  # no lease: a worker taken over claims nothing
+    assert store.take_lease(engine, "wt-1", "w1", ttl=6) is None
+    assert store.claim_next(engine, "wt-1", "w2", 2.0) is None
+    assert store.claim_next(engine, "wt-1", "w1", 2.0).instructions == ["MSR,1,0"]
+    engine.dispose()

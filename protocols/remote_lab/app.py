@@ -66,6 +66,48 @@ class InstructionsIn(BaseModel):
     instructions: list[Any]
 
 
+class BodyCap:
+    """Refuse a request body over `limit` bytes before any handler parses it, whether it says its length
+    (Content-Length) or not (chunked): the body is read here, counted, and handed on whole."""
+
+    def __init__(self, app: Any, limit: int, refuse: Callable[..., JSONResponse]):
+        self.app, self.limit, self.refuse = app, limit, refuse
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._too_large(scope, receive, send, declared.decode("latin-1"))
+            return
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await self._too_large(scope, receive, send, f"over {self.limit}")
+                return
+        delivered = False
+
+        async def replay() -> Any:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Any, receive: Any, send: Any, size: str) -> None:
+        response = self.refuse(uuid.uuid4().hex[:16], 400, f"request body of {size} bytes; this lab takes at most "
+                                                          f"{self.limit} bytes")
+        await response(scope, receive, send)
+
+
 def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: str,
                clock: Callable[[], float] = time.time, lease_ttl: float = 6.0, codebase_version: str = "",
                call_timeout_s: float = 120.0) -> FastAPI:
@@ -79,11 +121,9 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
     @app.middleware("http")
     async def request_ids(request: Request, call_next: Any) -> Any:
         request.state.request_id = uuid.uuid4().hex[:16]
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
-            return fail(request.state.request_id, 400, f"request body of {size} bytes; this lab takes at most "
-                                                       f"{MAX_BODY_BYTES} bytes")
         return await call_next(request)
+
+    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=fail)
 
     @app.exception_handler(LabRequestError)
     async def _lab_error(request: Request, exc: LabRequestError) -> JSONResponse:
@@ -133,10 +173,8 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
         return row
 
     def live(chamber_id: str) -> dict[str, Any] | None:
-        row = store.chamber_rows(engine).get(chamber_id)
-        if row and row["worker_id"] and row["heartbeat_at"] and row["heartbeat_at"] >= clock() - lease_ttl:
-            return row
-        return None
+        row = store.chamber_rows(engine, lease_ttl).get(chamber_id)
+        return row if row and row["alive"] else None
 
     def shown(row: dict[str, Any], request: Request) -> dict[str, Any]:
         token = row.pop("download_token", None)
@@ -203,7 +241,7 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
     @app.post("/v0/experiments/{experiment_id}/cancel")
     def cancel(experiment_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
         row = owned(experiment_id, user_id)
-        if store.cancel(engine, experiment_id, clock()) is None:
+        if store.cancel(engine, experiment_id, clock()) is None and row["status"] != "STOPPING":
             raise LabRequestError(409, f"experiment {experiment_id} has ended already ({row['status']})")
         return shown(owned(experiment_id, user_id), request)
 
@@ -258,7 +296,10 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
 
         call = store.wait_for(answer, timeout)
         if not call:
-            store.fail_call(engine, call_id, 503, f"chamber {chamber_id} did not answer within {timeout:.0f} s")
+            waiting = (store.call_of(engine, call_id) or {}).get("state") == "PENDING"
+            store.fail_call(engine, call_id, 409 if waiting else 503, (
+                f"chamber {chamber_id} is busy with earlier instructions; try again" if waiting else
+                f"chamber {chamber_id} did not answer within {timeout:.0f} s"))
             call = store.call_of(engine, call_id)
         if call["state"] == "FAILED":
             raise LabRequestError(call["error_status"] or 500, call["error_message"] or "the chamber failed")

@@ -21,6 +21,7 @@ from chamber.protocol_language import ProtocolError, parse_protocol
 from chamber.protocol_runner import run_protocol
 from chamber.public_csv import PublicCsvWriter
 from chamber.safe_state import apply_safe_state
+from chamber.stop import StopRequest
 from firmware_bridge.errors import BridgeError
 from protocols.remote_lab import store
 
@@ -41,16 +42,26 @@ def answer_call(worker: Any, call: dict[str, Any]) -> None:
         store.answer_call(engine, call["call_id"], error_status=409,
                           error_message=f"session {session['session_id']} has ended: {session['reason']}")
         return
+    halt = StopRequest()
+    worker.current = (None, halt)  # a stopping worker cuts a long WAIT short, as for an experiment
     try:
         protocol = parse_protocol(json.loads(call["instructions"]), source=f"session {session['session_id']}")
         buffer = io.StringIO()
         writer = PublicCsvWriter(buffer, None)
-        outcome = run_protocol(chamber, protocol, on_frame=writer.write_frame, ask=no_operator)
+        outcome = run_protocol(chamber, protocol, on_frame=writer.write_frame, ask=no_operator, stop=halt,
+                               wait=halt.wait)
     except ProtocolError as exc:
         store.answer_call(engine, call["call_id"], error_status=400, error_message=" ".join(str(exc).split()))
         return
     except (ChamberError, BridgeError, OSError) as exc:
         _board_fault(worker, call, exc)
+        return
+    finally:
+        worker.current = None
+    if outcome.interrupted:
+        store.answer_call(engine, call["call_id"], error_status=503,
+                          error_message=f"chamber {worker.chamber_id}'s worker is stopping; the instructions were "
+                                        f"cut short at line {outcome.stopped_at_line}")
         return
     if outcome.error:
         _board_fault(worker, call, RuntimeError(f"{outcome.error['type']}: {outcome.error['message']}"))
@@ -78,6 +89,8 @@ def _open(worker: Any, call: dict[str, Any], session: dict[str, Any]) -> None:
         store.answer_call(engine, call["call_id"], error_status=503,
                           error_message=f"chamber {worker.chamber_id} could not be verified: {outcome.text}")
         return
+    if (store.call_of(engine, call["call_id"]) or {}).get("state") != "RUNNING":
+        return  # the client was told this open failed (it waited too long): it takes no chamber from anyone
     store.activate_session(engine, session["session_id"], worker.chamber_id)
     store.answer_call(engine, call["call_id"])
 

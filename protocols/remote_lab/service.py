@@ -101,8 +101,12 @@ class Workers:
         for thread in self.threads:
             thread.join(timeout=timeout)
         unconfirmed = False
-        for worker in self.workers:
-            if worker.final_safe is not None:
+        for worker, thread in zip(self.workers, self.threads):
+            if thread.is_alive():  # still inside a call to the board: its chamber may be left as it is
+                self.say(f"{worker.chamber_id}: the worker did not stop within {timeout:g} s; its chamber may still "
+                         "be running as last set")
+                unconfirmed = True
+            elif worker.final_safe is not None:
                 self.say(f"{worker.chamber_id}: {worker.final_safe.text}")
                 unconfirmed |= not worker.final_safe.confirmed
         return 3 if unconfirmed else 0
@@ -111,7 +115,7 @@ class Workers:
 def _reaper(engine: Any, stop: threading.Event, clock: Callable[[], float]) -> None:
     while not stop.wait(1.0):
         try:
-            for experiment_id in reap(engine, clock(), LEASE_TTL_S):
+            for experiment_id in reap(engine, LEASE_TTL_S):
                 log.warning("experiment %s ended FAILED: its worker stopped", experiment_id)
         except Exception:  # the database may be briefly away; the next round tries again
             log.debug("reaper round failed", exc_info=True)

@@ -151,7 +151,8 @@ def submit(engine: Engine, *, user_id: str, chamber_id: str, config: str, instru
     """Queue an experiment; its id, or None when the user already has `max_queued` experiments waiting (counted in
     the same transaction as the insert)."""
     experiment_id = new_id("exp")
-    with engine.begin() as db:
+    with engine.begin() as db:  # the user's row written first: concurrent submissions of one user count in turn
+        db.execute(users.update().where(users.c.name == user_id).values(name=users.c.name))
         waiting = db.scalar(sa.select(sa.func.count()).select_from(experiments).where(
             experiments.c.user_id == user_id, experiments.c.status == "QUEUED"))
         if waiting >= max_queued:
@@ -217,6 +218,9 @@ def claim_next(engine: Engine, chamber_id: str, worker_id: str, now: float) -> C
     """Take the chamber's oldest queued experiment (RUNNING, this worker's), or None. On PostgreSQL the row is
     locked with FOR UPDATE SKIP LOCKED; on both engines the update is conditional on QUEUED."""
     with engine.begin() as db:
+        holder = db.scalar(sa.select(chambers.c.worker_id).where(chambers.c.chamber_id == chamber_id))
+        if holder != worker_id:  # a worker whose lease was taken over claims nothing more
+            return None
         row = db.execute(sa.select(experiments.c.seq, experiments.c.experiment_id, experiments.c.config,
                                    experiments.c.instructions, experiments.c.user_id).where(
             experiments.c.chamber_id == chamber_id, experiments.c.status == "QUEUED").order_by(
@@ -234,8 +238,8 @@ def claim_next(engine: Engine, chamber_id: str, worker_id: str, now: float) -> C
 def set_progress(engine: Engine, experiment_id: str, current: int) -> str:
     """Record the instruction being run (1-based); returns the status, so the worker sees a cancel (STOPPING)."""
     with engine.begin() as db:
-        db.execute(experiments.update().where(experiments.c.experiment_id == experiment_id).values(
-            current_instruction=current))
+        db.execute(experiments.update().where(experiments.c.experiment_id == experiment_id,
+                                              experiments.c.status.in_(ACTIVE)).values(current_instruction=current))
         return db.scalar(sa.select(experiments.c.status).where(experiments.c.experiment_id == experiment_id))
 
 
@@ -251,15 +255,20 @@ def set_header(engine: Engine, experiment_id: str, header: str) -> None:
         db.execute(experiments.update().where(experiments.c.experiment_id == experiment_id).values(csv_header=header))
 
 
-def append_rows(engine: Engine, experiment_id: str, header: str, csv_text: str, n_rows: int) -> None:
-    """Keep a chunk of rows (CSV lines) the moment it arrives; the header is kept with the first chunk."""
+def append_rows(engine: Engine, experiment_id: str, header: str, csv_text: str, n_rows: int) -> bool:
+    """Keep a chunk of rows (CSV lines) the moment it arrives; the header is kept with the first chunk. False (and
+    nothing kept) when the experiment is no longer running (ended by the reaper: its zip is made already)."""
     with engine.begin() as db:
+        running = db.execute(experiments.update().where(
+            experiments.c.experiment_id == experiment_id, experiments.c.status.in_(ACTIVE)).values(
+            csv_header=header, n_observations=experiments.c.n_observations + n_rows)).rowcount
+        if not running:
+            return False
         chunk = db.scalar(sa.select(sa.func.count()).select_from(experiment_rows).where(
             experiment_rows.c.experiment_id == experiment_id))
         db.execute(experiment_rows.insert().values(experiment_id=experiment_id, chunk=chunk, n_rows=n_rows,
                                                    csv_text=csv_text))
-        db.execute(experiments.update().where(experiments.c.experiment_id == experiment_id).values(
-            csv_header=header, n_observations=experiments.c.n_observations + n_rows))
+    return True
 
 
 def rows_of(engine: Engine, experiment_id: str) -> tuple[str | None, list[str], int]:
@@ -272,17 +281,19 @@ def rows_of(engine: Engine, experiment_id: str) -> tuple[str | None, list[str], 
 
 
 def finish(engine: Engine, experiment_id: str, *, status: str, now: float, reason: str | None,
-           zip_data: bytes | None, checksum: str | None, from_status: Iterable[str] = ACTIVE) -> bool:
+           zip_data: bytes | None, checksum: str | None, from_status: Iterable[str] = ACTIVE,
+           worker_id: str | None = None) -> bool:
     """End an experiment: status, reason, and its zip with the checksum of exactly those bytes, in one transaction
     (a zip is never stored without its checksum, nor a checksum without its zip). False when it was not in
     `from_status` any more (another writer ended it first)."""
     values: dict[str, Any] = {"status": status, "finished_on": now, "reason": reason}
     if zip_data is not None:
         values.update(zip_data=zip_data, checksum=checksum, download_token=secrets.token_urlsafe(24))
+    condition = [experiments.c.experiment_id == experiment_id, experiments.c.status.in_(tuple(from_status))]
+    if worker_id is not None:  # only while this worker still has it (the reaper ends a dead worker's run)
+        condition.append(experiments.c.worker_id == worker_id)
     with engine.begin() as db:
-        return bool(db.execute(experiments.update().where(
-            experiments.c.experiment_id == experiment_id,
-            experiments.c.status.in_(tuple(from_status))).values(**values)).rowcount)
+        return bool(db.execute(experiments.update().where(*condition).values(**values)).rowcount)
 
 
 def zip_of(engine: Engine, experiment_id: str, token: str) -> tuple[bytes, str] | None:
@@ -317,9 +328,23 @@ def register_chambers(engine: Engine, chamber_ids: Iterable[str]) -> None:
             pass
 
 
-def take_lease(engine: Engine, chamber_id: str, worker_id: str, now: float, ttl: float) -> dict[str, Any] | None:
-    """Become the chamber's worker: granted when nobody holds it or the holder's heartbeat is older than `ttl`.
-    None when granted; else the live holder's row (who and when), for the refusal."""
+def db_epoch(engine: Engine) -> Any:
+    """The database server's clock in Unix seconds, as an SQL expression: leases are written and judged by one
+    clock, so a worker host whose clock is off by seconds is neither reaped while alive nor kept while dead."""
+    if engine.dialect.name == "postgresql":
+        return sa.func.extract("epoch", sa.func.clock_timestamp())
+    return (sa.func.julianday("now") - 2440587.5) * 86400.0
+
+
+def database_now(engine: Engine) -> float:
+    with engine.connect() as db:
+        return float(db.scalar(sa.select(db_epoch(engine))))
+
+
+def take_lease(engine: Engine, chamber_id: str, worker_id: str, ttl: float) -> dict[str, Any] | None:
+    """Become the chamber's worker: granted when nobody holds it or the holder's heartbeat is older than `ttl`
+    (by the database's clock). None when granted; else the live holder's row and its age (`age_s`)."""
+    now = db_epoch(engine)
     with engine.begin() as db:
         got = db.execute(chambers.update().where(
             chambers.c.chamber_id == chamber_id,
@@ -328,16 +353,17 @@ def take_lease(engine: Engine, chamber_id: str, worker_id: str, now: float, ttl:
             worker_id=worker_id, heartbeat_at=now, status="LOADING", detail=None)).rowcount
         if got:
             return None
-        row = db.execute(sa.select(chambers).where(chambers.c.chamber_id == chamber_id)).mappings().first()
+        row = db.execute(sa.select(chambers, (now - chambers.c.heartbeat_at).label("age_s")).where(
+            chambers.c.chamber_id == chamber_id)).mappings().first()
     if row is None:
         raise StoreError(f"chamber {chamber_id!r} is not registered in this lab's database")
     return dict(row)
 
 
-def heartbeat(engine: Engine, chamber_id: str, worker_id: str, now: float, status: str | None = None,
+def heartbeat(engine: Engine, chamber_id: str, worker_id: str, status: str | None = None,
               detail: str | None = None) -> bool:
     """Renew the lease (and say how the chamber is); False when another worker holds it now."""
-    values: dict[str, Any] = {"heartbeat_at": now}
+    values: dict[str, Any] = {"heartbeat_at": db_epoch(engine)}
     if status is not None:
         values.update(status=status, detail=detail)
     with engine.begin() as db:
@@ -352,9 +378,17 @@ def release_lease(engine: Engine, chamber_id: str, worker_id: str) -> None:
             worker_id=None, heartbeat_at=None, status="OFFLINE", detail="worker stopped"))
 
 
-def chamber_rows(engine: Engine) -> dict[str, dict[str, Any]]:
+def chamber_rows(engine: Engine, ttl: float | None = None) -> dict[str, dict[str, Any]]:
+    """Every chamber's row; with `ttl`, each says `alive`: a worker holds it with a heartbeat younger than `ttl`
+    by the database's clock."""
+    now = db_epoch(engine)
     with engine.connect() as db:
-        return {r["chamber_id"]: dict(r) for r in db.execute(sa.select(chambers)).mappings().all()}
+        rows = db.execute(sa.select(chambers, (now - chambers.c.heartbeat_at).label("age_s"))).mappings().all()
+    out = {r["chamber_id"]: dict(r) for r in rows}
+    for row in out.values():
+        row["alive"] = (ttl is not None and row["worker_id"] is not None and row["age_s"] is not None
+                        and row["age_s"] <= ttl)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ sessions
@@ -403,11 +437,13 @@ def next_call(engine: Engine, chamber_id: str) -> dict[str, Any] | None:
 
 
 def answer_call(engine: Engine, call_id: int, *, result_csv: str | None = None, error_status: int | None = None,
-                error_message: str | None = None) -> None:
+                error_message: str | None = None) -> bool:
+    """Answer a call the worker took; False when the API gave up on it meanwhile (its answer stands)."""
     state = "FAILED" if error_status else "DONE"
     with engine.begin() as db:
-        db.execute(session_calls.update().where(session_calls.c.call_id == call_id).values(
-            state=state, result_csv=result_csv, error_status=error_status, error_message=error_message))
+        return bool(db.execute(session_calls.update().where(
+            session_calls.c.call_id == call_id, session_calls.c.state == "RUNNING").values(
+            state=state, result_csv=result_csv, error_status=error_status, error_message=error_message)).rowcount)
 
 
 def call_of(engine: Engine, call_id: int) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from chamber.protocol_language import (MeasureInstruction, Protocol, ProtocolErr
 from firmware_bridge.variables import layout_for
 from protocols.remote_lab.lab_file import Caps
 
-_EXPONENT = re.compile(r"^SET,([a-z0-9_]*),(-?\d+(?:\.\d*)?[eE][-+]?\d+)$")
+_EXPONENT = re.compile(r"^SET,([a-z0-9_]*),(-?\d+(?:\.\d*)?[eE][-+]?\d{1,3})$")  # a float's repr: |exp| < 400
 ALLOWED = ("SET", "MSR", "WAIT")
 
 
@@ -77,7 +77,11 @@ def check_protocol(instructions: Sequence[object], *, kind: str, config: str, li
         if keyword not in ALLOWED:
             raise InvalidProtocol(f"instruction {number} {item!r}: expected SET,<variable>,<value> | MSR,<n>,<delay> "
                                   "| WAIT,<ms> (the Remote Lab language)")
-        texts.append(plain_decimal(item))
+        text = plain_decimal(item)
+        if len(text) > 200:  # 1e-300 written out: no Mk1 value is that small, and no instruction that long
+            raise InvalidProtocol(f"instruction {number} {item!r}: expected a value the chamber can take, written "
+                                  "in at most 200 characters")
+        texts.append(text)
     try:
         protocol = parse_protocol(texts, source="protocol")
         part = limits.for_chamber(kind) if limits is not None else None

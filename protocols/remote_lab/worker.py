@@ -78,31 +78,36 @@ def open_board(lab: Lab, chamber_id: str, stack: contextlib.ExitStack, seed: int
     return chamber
 
 
-def reap(engine: Engine, now: float, ttl: float = LEASE_TTL_S) -> list[str]:
-    """End the experiments whose worker stopped mid-run (its lease stale or gone): FAILED with the reason and the
-    rows it kept (downloadable); never re-queued. Returns their ids."""
+def reap(engine: Engine, ttl: float = LEASE_TTL_S) -> list[str]:
+    """End the experiments whose worker stopped mid-run (no live lease by the database's clock): FAILED with the
+    reason and the rows it kept (downloadable); never re-queued. Returns their ids."""
     ended = []
-    for chamber_id, row in store.chamber_rows(engine).items():
-        alive = row["worker_id"] is not None and row["heartbeat_at"] is not None and row["heartbeat_at"] >= now - ttl
-        if not alive:
-            ended += fail_orphans(engine, chamber_id, now, f"no heartbeat for over {ttl:g} s")
+    for chamber_id, row in store.chamber_rows(engine, ttl).items():
+        if not row["alive"]:
+            ended += fail_orphans(engine, chamber_id, ttl, f"no heartbeat for over {ttl:g} s")
     return ended
 
 
-def fail_orphans(engine: Engine, chamber_id: str, now: float, why: str) -> list[str]:
-    """End the chamber's RUNNING experiments whose worker is gone (`why`), keeping their rows."""
+def fail_orphans(engine: Engine, chamber_id: str, ttl: float, why: str) -> list[str]:
+    """End the chamber's RUNNING experiments whose worker is gone (`why`), keeping their rows. The lease is read
+    again first: an experiment of the chamber's live worker (one that took the chamber meanwhile) is left alone."""
     ended = []
+    holder = store.chamber_rows(engine, ttl).get(chamber_id, {})
+    live = holder.get("worker_id") if holder.get("alive") else None
     for experiment in store.running_on(engine, chamber_id):
+        if experiment["worker_id"] == live:
+            continue
         reason = (f"worker {experiment['worker_id']} stopped mid-experiment ({why}) at instruction "
                   f"{experiment['current_instruction']} of {experiment['total_instructions']}; not run again (the "
                   "instructions sent had effects); the rows it measured are in the download")
-        if finish_with_rows(engine, experiment["experiment_id"], "FAILED", reason, now, chamber_id):
+        if finish_with_rows(engine, experiment["experiment_id"], "FAILED", reason, time.time(), chamber_id,
+                            worker_id=experiment["worker_id"]):
             ended.append(experiment["experiment_id"])
     return ended
 
 
 def finish_with_rows(engine: Engine, experiment_id: str, status: str, reason: str | None, now: float,
-                     chamber_id: str, config: str | None = None) -> bool:
+                     chamber_id: str, config: str | None = None, worker_id: str | None = None) -> bool:
     """Build the zip of what was measured and end the experiment with it (one transaction)."""
     head, chunks, n_rows = store.rows_of(engine, experiment_id)
     row = store.get_experiment(engine, experiment_id) or {}
@@ -111,7 +116,7 @@ def finish_with_rows(engine: Engine, experiment_id: str, status: str, reason: st
         "tag": row.get("tag"), "user_id": row.get("user_id"), "submitted_on": row.get("submitted_on"),
         "started_on": row.get("started_on"), "finished_on": now})
     return store.finish(engine, experiment_id, status=status, now=now, reason=reason, zip_data=data,
-                        checksum=checksum)
+                        checksum=checksum, worker_id=worker_id)
 
 
 class ChamberWorker:
@@ -130,7 +135,8 @@ class ChamberWorker:
         self.status, self.detail = "LOADING", None
         self.lost = threading.Event()
         self.experiments_run = 0
-        self.current: tuple[str, StopRequest] | None = None  # the experiment running and its stop request
+        self.current: tuple[str | None, StopRequest] | None = None  # what runs (experiment id, None: a session
+        # call) and its stop request
         self.unfinished: list[tuple[str, str | None]] = []  # ended experiments the database did not take yet
         self.final_safe: Any = None  # the safe state applied on the way out (chamber.safe_state.SafeOutcome)
 
@@ -139,16 +145,14 @@ class ChamberWorker:
         """Take the lease and end what a dead predecessor left running. A holder whose heartbeat is not renewed
         (a process killed a moment ago, this host restarted) is waited out for up to `ttl`; one that renews it is
         alive: WorkerRefused names it."""
-        holder = store.take_lease(self.engine, self.chamber_id, self.worker_id, self.clock(), self.ttl)
+        holder = store.take_lease(self.engine, self.chamber_id, self.worker_id, self.ttl)
         if holder is not None:
-            seen = holder["heartbeat_at"] or 0.0
-            sleep(max(0.0, seen + self.ttl - self.clock()) + HEARTBEAT_S)
-            holder = store.take_lease(self.engine, self.chamber_id, self.worker_id, self.clock(), self.ttl)
+            sleep(max(0.0, self.ttl - float(holder["age_s"] or 0.0)) + HEARTBEAT_S)
+            holder = store.take_lease(self.engine, self.chamber_id, self.worker_id, self.ttl)
             if holder is not None:
-                age = self.clock() - (holder["heartbeat_at"] or 0)
                 raise WorkerRefused(f"chamber {self.chamber_id} is served by worker {holder['worker_id']} (heartbeat "
-                                    f"{age:.1f} s ago); one worker per chamber")
-        fail_orphans(self.engine, self.chamber_id, self.clock(), "its lease was taken over")
+                                    f"{float(holder['age_s'] or 0.0):.1f} s ago); one worker per chamber")
+        fail_orphans(self.engine, self.chamber_id, self.ttl, "its lease was taken over")
         store.end_sessions_of(self.engine, self.chamber_id, f"chamber {self.chamber_id} was restarted")
 
     def serve(self, stop: threading.Event) -> None:
@@ -178,16 +182,19 @@ class ChamberWorker:
     def _heartbeats(self, stop: threading.Event) -> None:
         while not stop.is_set() and not self.lost.is_set():
             try:
-                if not store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.clock(), self.status,
-                                       self.detail):
+                if not store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.status, self.detail):
                     log.error("%s: lease lost to another worker; stopping", self.chamber_id)
                     self.lost.set()
                 current = self.current
                 if current is not None:  # a cancel or a stop must reach an experiment inside a long WAIT too
                     if self.lost.is_set() or stop.is_set():
                         current[1].request("worker stopping")
-                    elif store.status_of(self.engine, current[0]) == "STOPPING":
-                        current[1].request("canceled")
+                    elif current[0] is not None:
+                        status = store.status_of(self.engine, current[0])
+                        if status == "STOPPING":
+                            current[1].request("canceled")
+                        elif status not in store.ACTIVE:  # ended by the reaper while alive: stop, it is over
+                            current[1].request("ended elsewhere")
             except SQLAlchemyError as exc:  # the database away for a moment: the next beat tries again
                 log.warning("%s: heartbeat failed: %s", self.chamber_id, _first_line(exc))
             if self.lost.is_set():
@@ -199,27 +206,37 @@ class ChamberWorker:
 
     def _say(self, status: str, detail: str | None = None) -> None:
         self.status, self.detail = status, detail
-        store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.clock(), status, detail)
+        store.heartbeat(self.engine, self.chamber_id, self.worker_id, status, detail)
 
     def _loop(self, stop: threading.Event) -> None:
+        """Serve until stopped; a database away for a while (a PostgreSQL restart, a long SQLite lock) pauses the
+        worker, it does not end it."""
         while not stop.is_set() and not self.lost.is_set():
-            if self.unfinished:  # nothing new starts before every experiment taken has ended
-                self._retry_unfinished()
+            try:
+                self._turn(stop)
+            except SQLAlchemyError as exc:
+                log.warning("%s: the lab database failed (%s); trying again in 1 s", self.chamber_id, _first_line(exc))
                 stop.wait(1.0)
-                continue
-            if self.status == "ERROR" and not self._recover(stop):
-                continue
-            if self.mode == "real-time":
-                call = store.next_call(self.engine, self.chamber_id)
-                if call is not None:
-                    self._answer(call)
-                    continue
-            else:
-                claimed = store.claim_next(self.engine, self.chamber_id, self.worker_id, self.clock())
-                if claimed is not None:
-                    self.run_experiment(claimed, stop)
-                    continue
-            stop.wait(POLL_S)
+
+    def _turn(self, stop: threading.Event) -> None:
+        """One turn of the loop: finish what is owed, recover, then one experiment or call, else a short pause."""
+        if self.unfinished:  # nothing new starts before every experiment taken has ended
+            self._retry_unfinished()
+            stop.wait(1.0)
+            return
+        if self.status == "ERROR" and not self._recover(stop):
+            return
+        if self.mode == "real-time":
+            call = store.next_call(self.engine, self.chamber_id)
+            if call is not None:
+                self._answer(call)
+                return
+        else:
+            claimed = store.claim_next(self.engine, self.chamber_id, self.worker_id, self.clock())
+            if claimed is not None:
+                self.run_experiment(claimed, stop)
+                return
+        stop.wait(POLL_S)
 
     def _recover(self, stop: threading.Event) -> bool:
         """After a lost board: reset it and make it safe; False (after a pause) while it does not answer."""
@@ -248,8 +265,11 @@ class ChamberWorker:
             index = instruction_index[id(instruction)]
             if now - last[0] >= PROGRESS_EVERY_S or index == len(protocol.instructions):
                 last[0] = now
-                if store.set_progress(self.engine, experiment_id, index) == "STOPPING":
+                status = store.set_progress(self.engine, experiment_id, index)
+                if status == "STOPPING":
                     halt.request("canceled")
+                elif status not in store.ACTIVE:
+                    halt.request("ended elsewhere")
             if stop.is_set() or self.lost.is_set():
                 halt.request("worker stopping")
 
@@ -257,14 +277,15 @@ class ChamberWorker:
             buffer = io.StringIO()
             PublicCsvWriter(buffer, frame.names).write_frame(frame)
             head, _, rows = buffer.getvalue().partition("\n")
-            store.append_rows(self.engine, experiment_id, head, rows, len(frame))
-            if store.status_of(self.engine, experiment_id) == "STOPPING":
+            if not store.append_rows(self.engine, experiment_id, head, rows, len(frame)):
+                halt.request("ended elsewhere")
+            elif store.status_of(self.engine, experiment_id) == "STOPPING":
                 halt.request("canceled")
 
         status, reason = "FAILED", None
         self.current = (experiment_id, halt)
-        store.set_header(self.engine, experiment_id, header(chamber.layout.names))
         try:
+            store.set_header(self.engine, experiment_id, header(chamber.layout.names))
             protocol = parse_protocol(claimed.instructions, source=experiment_id)
             instruction_index = {id(ins): i for i, ins in enumerate(protocol.instructions, start=1)}
             if claimed.config != chamber.config:
