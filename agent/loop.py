@@ -5,7 +5,9 @@ the chamber service (which returns its SHA-256) and the loop then offers the cha
 submit_chamber_outcome ends the run. Without a chamber the run ends at the freeze and the record says phase two
 was skipped. Every way a run can end — end_turn without a submit, max_tokens, pause_turn loops, refusal, context
 overflow, timeouts, HTTP errors, budgets — becomes an explicit `run_end` outcome, and only "submitted" means the
-model delivered its answer through the tool; nothing here scores it.
+model delivered its answer through the tool; nothing here scores it. A reply that shows a serving-stack fault
+instead (a tool call written as text, a tool-call token repeated to the output limit, neither a call nor an
+answer: agent/models/text_calls.py) ends the run under that outcome; a call found in text is never executed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from agent.models.base import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    error_line,
+    one_line,
 )
+from agent.models.text_calls import ReplyFault, classify_reply
 from agent.prompt import (
     SUBMIT_CHAMBER_OUTCOME,
     SUBMIT_EXTRACTION,
@@ -162,6 +167,7 @@ class _Cell:
         self.turns = 0
         self.tool_time_s = 0.0
         self.usage = TokenUsage.zero()
+        self.reply_fault: ReplyFault | None = None  # what the last reply without a structured call showed
         self._known_input_tokens = 0  # what the budget can count even when some turn's usage is unknown
         self._known_output_tokens = 0
         self.started = clock()
@@ -225,6 +231,8 @@ class _Cell:
             if calls and stop == "max_tokens":
                 raise _RunEnded("max_tokens", f"stop reason {turn.raw_stop_reason!r}: the tool call was cut off "
                                               f"at the output limit and is not run (phase {self.phase})")
+            if self.reply_fault is not None:  # a call written as text, a token loop, an empty reply
+                raise _RunEnded(self.reply_fault.outcome, self.reply_fault.detail)
             if stop == "pause_turn":
                 # A server tool (web search, code execution) paused the turn; the assistant content is already
                 # appended, and resending it lets the provider continue. Bounded: a provider that keeps
@@ -259,10 +267,10 @@ class _Cell:
                 turn = self.model.complete(request)
             except ModelError as e:
                 latency = self.clock() - t0
-                line = f"{e.kind}{' HTTP ' + str(e.http_status) if e.http_status else ''}: {e}"[:500]
+                line = error_line(e)  # one line, the server's own message first; the whole body on the attempt
                 errors.append(line)
                 record = Attempt(request_id=e.request_id, http_status=e.http_status, latency_ms=latency * 1000.0,
-                                 error=line)
+                                 error=line, response_body=e.body)
                 attempts.append(record)
                 remaining = self.remaining_s()
                 wait, reason, refusal = self._retry_wait(e, attempt, remaining)
@@ -279,12 +287,15 @@ class _Cell:
                 raise _RunEnded(outcome, refusal or errors[-1]) from e
             except Exception as e:  # a client bug or a refused request shape: recorded, never a pass
                 latency = self.clock() - t0
-                errors.append(f"{type(e).__name__}: {e}"[:500])
+                errors.append(one_line(f"{type(e).__name__}: {e}", 500))
                 attempts.append(Attempt(latency_ms=latency * 1000.0, error=errors[-1]))
                 self._record_turn(None, attempts, errors)
                 raise _RunEnded("engine_error", errors[-1]) from e
             attempts.append(Attempt(request_id=turn.request_id, http_status=turn.http_status,
                                     latency_ms=(self.clock() - t0) * 1000.0))
+            self.reply_fault = None if turn.message.tool_calls else classify_reply(
+                turn.message.text, turn.stop_reason, [t.name for t in self.offered], phase=self.phase,
+                has_reasoning=any(isinstance(b, ReasoningBlock) and b.text for b in turn.message.blocks))
             self._record_turn(turn, attempts, errors)
             self._add_usage(turn)
             return turn
@@ -316,6 +327,7 @@ class _Cell:
                 response_model=turn.response_model, text=turn.message.text,
                 reasoning="\n".join(b.text for b in turn.message.blocks if isinstance(b, ReasoningBlock)),
                 tool_calls=[{"id": c.id, "name": c.name} for c in turn.message.tool_calls],
+                text_tool_calls=[c.to_json() for c in self.reply_fault.calls] if self.reply_fault else [],
             )
         else:
             fields = dict(stop_reason=None)

@@ -32,6 +32,9 @@ Phase = Literal["extraction", "chamber"]
 Outcome = Literal[
     "submitted", "end_turn_without_submit", "max_tokens", "max_turns", "timeout", "refusal", "context_exceeded",
     "engine_error",
+    # the serving stack, not the model's reasoning (agent/models/text_calls.py): a call written as text, a
+    # tool-call token repeated to the output limit, a reply that is neither a call nor an answer
+    "tool_call_as_text", "tool_token_repeated", "neither_call_nor_answer",
 ]
 
 
@@ -142,6 +145,7 @@ class Attempt(BaseModel):
     error: str | None = None  # None for the attempt that produced the turn
     waited_s: float | None = None  # the wait before the next attempt, and why: see wait_reason
     wait_reason: Literal["retry-after", "backoff"] | None = None
+    response_body: str | None = None  # the server's whole error body (the error line is one line of it)
 
 
 class ModelTurnEvent(_Event):
@@ -164,6 +168,8 @@ class ModelTurnEvent(_Event):
     text: str = ""
     reasoning: str = ""
     tool_calls: list[dict[str, Any]] = []  # [{id, name}] in the order asked
+    # tool calls the model wrote as text instead ({name, arguments, form}): recorded, never executed
+    text_tool_calls: list[dict[str, Any]] = []
     errors: list[str] = []  # one line per failed attempt
 
 

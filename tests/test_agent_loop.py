@@ -106,7 +106,7 @@ def test_skip_search_navigates_but_never_verifies(claims, tmp_path):
 
 @pytest.mark.parametrize("policy, outcome", [
     ("no-submit", "end_turn_without_submit"),
-    ("markup", "end_turn_without_submit"),
+    ("markup", "tool_call_as_text"),  # a call written as text: a serving-stack outcome of its own (issue 26)
     ("max-tokens", "max_tokens"),
     ("refusal", "refusal"),
     ("context-exceeded", "context_exceeded"),

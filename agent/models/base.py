@@ -11,6 +11,7 @@ field between the client, the loop and the record.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -166,20 +167,123 @@ class ModelError(Exception):
         http_status: int | None = None,
         request_id: str | None = None,
         retry_after_s: float | None = None,
+        body: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.http_status = http_status
         self.request_id = request_id
         self.retry_after_s = retry_after_s  # what the server asked us to wait (Retry-After), if it said
+        self.body = body  # the server's whole error body, for the record (the message is one line of it)
 
     @property
     def retryable(self) -> bool:
+        """Transient faults only: timeouts, lost connections, 408/409/429 and 5xx — but not a 5xx whose body is a
+        request-validation error (llama-cpp-python answers a request its schema refuses with HTTP 500): the same
+        request would be refused again."""
         if self.kind in ("timeout", "connection"):
             return True
-        return self.kind == "http" and self.http_status is not None and (
-            self.http_status in (408, 409, 429) or self.http_status >= 500  # 529: Anthropic "overloaded"
-        )
+        if self.kind != "http" or self.http_status is None:
+            return False
+        if self.http_status in (408, 409, 429):
+            return True
+        return self.http_status >= 500 and not is_validation_error(self.body)  # 529: Anthropic "overloaded"
+
+
+# --------------------------------------------------------------------------------------------- error lines
+CAUSE_CHARS = 300
+"""The most characters of a server's message an error line carries; the whole body goes to the record."""
+_VALIDATION_MARKERS = ("input should be", "validation error", "field required", "extra inputs are not permitted")
+_LITERAL = re.compile(r"^Input should be '")
+_REPR_ERROR = re.compile(r"'loc': \(([^)]*)\),\s*'msg': (?:'([^']*)'|\"([^\"]*)\")")
+_PYDANTIC_TEXT = re.compile(r"^(\S[^\n]*)\n\s+([^\n]+?)\s*\[type=", re.MULTILINE)
+
+
+def one_line(text: str, limit: int = CAUSE_CHARS) -> str:
+    """`text` on one line (whitespace runs collapsed), cut to `limit` characters with an ellipsis."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 1].rstrip() + "…"
+
+
+def is_validation_error(body: str | None) -> bool:
+    """True when an error body is a request-validation error (pydantic's "Input should be", "validation error",
+    FastAPI's {"detail": [{"loc": ...}]}): deterministic, so never worth a retry."""
+    if not body:
+        return False
+    low = body.lower()
+    if any(m in low for m in _VALIDATION_MARKERS):
+        return True
+    data = _json_or_none(body)
+    detail = data.get("detail") if isinstance(data, dict) else None
+    return isinstance(detail, list) and any(isinstance(d, dict) and "loc" in d for d in detail)
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _loc(parts: Any) -> str:
+    items = parts if isinstance(parts, (list, tuple)) else [p.strip(" '\"") for p in str(parts).split(",")]
+    return ".".join(str(p) for p in items if str(p) not in ("", "typed-dict"))
+
+
+def _first_validation_error(errors: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The most telling (loc, msg) of a list: a type or value error before a union member's role-literal
+    mismatch or a missing field, which only say the input matched another member."""
+    ranked = sorted(enumerate(errors), key=lambda ie: (
+        2 if _LITERAL.match(ie[1][1]) else 1 if ie[1][1] in ("Field required", "Extra inputs are not permitted")
+        else 0, ie[0]))
+    return ranked[0][1] if ranked else None
+
+
+def _validation_summary(message: str, errors: list[tuple[str, str]]) -> str:
+    best = _first_validation_error(errors)
+    if best is None:
+        return message
+    head = message.split("\n", 1)[0].strip().rstrip(":") if "\n" in message else ""
+    count = head if head and len(head) < 80 else f"{len(errors)} validation error{'s' if len(errors) > 1 else ''}"
+    return f"{count}: {best[0]}: {best[1]}"
+
+
+def server_message(body: str | None) -> str:
+    """The server's own message from an error body, as one line: {"error": {"message"}} (OpenAI, LiteLLM,
+    llama.cpp), {"error": "..."}, {"detail": ...} (FastAPI), {"message"} (vLLM); a pydantic validation dump is
+    reduced to its count and most telling error. Plain text bodies are kept as they are."""
+    if not body:
+        return "(empty body)"
+    data = _json_or_none(body)
+    message: Any = body
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            message = err["message"]
+        elif isinstance(err, str) and err:
+            message = err
+        elif "detail" in data:
+            detail = data["detail"]
+            if isinstance(detail, list) and detail and all(isinstance(d, dict) for d in detail):
+                pairs = [(_loc(d.get("loc", ())), str(d.get("msg", ""))) for d in detail]
+                return one_line(_validation_summary("", pairs))
+            message = detail
+        elif data.get("message"):
+            message = data["message"]
+    if not isinstance(message, str):
+        message = json.dumps(message, default=str)
+    pairs = [(_loc(m.group(1)), m.group(2) or m.group(3) or "") for m in _REPR_ERROR.finditer(message)]
+    pairs = pairs or [(m.group(1).strip(), m.group(2).strip()) for m in _PYDANTIC_TEXT.finditer(message)]
+    if pairs:
+        message = _validation_summary(message, pairs)
+    return one_line(message)
+
+
+def error_line(e: ModelError) -> str:
+    """One readable line for a failed call: the message (the server's own first) and then what kind it was."""
+    text = one_line(str(e))
+    status = f"HTTP {e.http_status}" if e.http_status else ""
+    return f"{text} [{e.kind}{' ' + status if status and status not in text else ''}]"
 
 
 def retry_after_seconds(headers: Any, now: float | None = None) -> float | None:

@@ -31,9 +31,12 @@ from agent.models.base import (
     parse_arguments,
     reported_int,
     retry_after_seconds,
+    server_message,
 )
 from agent.record import TokenUsage
+from agent.tool import Tool
 
+BODY_KEPT_CHARS = 65536  # of an error body, kept on the ModelError for the record
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window", "too many tokens")
 
 
@@ -48,10 +51,13 @@ def _post(http: httpx.Client, url: str, body: dict[str, Any], headers: dict[str,
         raise ModelError("connection", f"POST {url} failed: {e}") from e
     request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
     if resp.status_code >= 400:
-        text = resp.text[:2000]
+        text = resp.text
         kind = "context_exceeded" if any(m in text.lower() for m in _CONTEXT_MARKERS) else "http"
-        raise ModelError(kind, f"POST {url} → HTTP {resp.status_code}: {text}", http_status=resp.status_code,
-                         request_id=request_id, retry_after_s=retry_after_seconds(resp.headers, now()))
+        # One line, the server's own message first (a validation dump reduced to its telling error); the whole
+        # body travels on the error for the record.
+        raise ModelError(kind, f"{server_message(text)} (HTTP {resp.status_code} from POST {httpx.URL(url).path})",
+                         http_status=resp.status_code, request_id=request_id,
+                         retry_after_s=retry_after_seconds(resp.headers, now()), body=text[:BODY_KEPT_CHARS])
     try:
         data = resp.json()
     except ValueError as e:
@@ -225,7 +231,9 @@ def to_chat_messages(system: str, messages: list[Message], *, images: bool = Tru
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in messages:
         if m.role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            # content is always a string: "" beside tool calls, never null, which strict servers refuse
+            # (llama-cpp-python answers HTTP 500 "Input should be a valid string"); OpenAI and vLLM accept "".
+            entry: dict[str, Any] = {"role": "assistant", "content": m.text}
             calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                      for c in m.tool_calls]
             if calls:
@@ -437,3 +445,81 @@ class OpenAIChatClient:
         return ModelTurn(message, stop, raw_stop, usage, http_status=status, request_id=request_id,
                          response_model=data.get("model"), response_id=data.get("id"),
                          upstream_stop_reason=upstream)
+
+
+# ------------------------------------------------------------------ the server's side (tests/openai_like_servers.py)
+_WIRE_FINISH: dict[str, str] = {"tool_use": "tool_calls", "end_turn": "stop", "stop_sequence": "stop",
+                                "max_tokens": "length", "refusal": "content_filter"}
+_TOOL_IMAGES = "Image(s) returned by tool call "
+
+
+def _data_url_image(url: str) -> ImageBlock:
+    head, _, data = url.partition(",")
+    return ImageBlock(head.removeprefix("data:").split(";")[0] or "image/png", data)
+
+
+def request_from_chat(body: dict[str, Any]) -> ModelRequest:
+    """A chat-completions request body → the loop's neutral ModelRequest: the inverse of build_body and
+    to_chat_messages, so a test server answers what the client sent through the same neutral types. Consecutive
+    user-side chat messages (text, tool results, the images a tool returned) become one neutral user message."""
+    system = ""
+    messages: list[Message] = []
+
+    def user_blocks() -> list[Any]:
+        if not messages or messages[-1].role != "user":
+            messages.append(Message("user", []))
+        return messages[-1].blocks
+
+    for m in body.get("messages") or []:
+        role, content = m.get("role"), m.get("content")
+        if role in ("system", "developer"):
+            system += _content_text(content)
+        elif role == "assistant":
+            blocks: list[Any] = [TextBlock(_content_text(content))] if _content_text(content) else []
+            blocks += [_tool_call_block(c) for c in m.get("tool_calls") or []]
+            messages.append(Message("assistant", blocks))
+        elif role == "tool":
+            user_blocks().append(ToolResultBlock(str(m.get("tool_call_id")), _content_text(content)))
+        elif isinstance(content, list) and content and isinstance(content[0], dict) \
+                and str(content[0].get("text", "")).startswith(_TOOL_IMAGES):
+            blocks = user_blocks()  # the images a tool returned go back onto its result block
+            call_id = str(content[0]["text"]).removeprefix(_TOOL_IMAGES).rstrip(":")
+            images = tuple((i.mime, i.data) for i in (_data_url_image(p["image_url"]["url"]) for p in content[1:]
+                                                      if p.get("type") == "image_url"))
+            for k, b in enumerate(blocks):
+                if isinstance(b, ToolResultBlock) and b.call_id == call_id:
+                    blocks[k] = ToolResultBlock(b.call_id, b.content, b.is_error, b.images + images)
+        elif isinstance(content, list):
+            for p in content:
+                if p.get("type") == "image_url":
+                    user_blocks().append(_data_url_image(p["image_url"]["url"]))
+                elif p.get("type") == "text":
+                    user_blocks().append(TextBlock(str(p.get("text", ""))))
+        else:
+            user_blocks().append(TextBlock(_content_text(content)))
+    tools = [Tool(t["function"]["name"], t["function"].get("description", ""), t["function"].get("parameters") or {})
+             for t in body.get("tools") or []]
+    choice = body.get("tool_choice", "auto")
+    tool_choice: Any = ({"name": choice["function"]["name"]} if isinstance(choice, dict)
+                        else {"required": "any"}.get(choice, choice))
+    return ModelRequest(system, messages, tools, tool_choice,
+                        int(body.get("max_tokens") or body.get("max_completion_tokens") or 4096))
+
+
+def chat_response(turn: ModelTurn, model: str, *, response_id: str = "chatcmpl-scripted") -> dict[str, Any]:
+    """A neutral turn → a chat completion body, as vLLM and llama.cpp's servers write it (content null beside
+    tool calls; reasoning as `reasoning_content`)."""
+    msg: dict[str, Any] = {"role": "assistant", "content": turn.message.text or None}
+    calls = turn.message.tool_calls
+    if calls:
+        msg["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]
+    reasoning = "\n".join(b.text for b in turn.message.blocks if isinstance(b, ReasoningBlock))
+    if reasoning:
+        msg["reasoning_content"] = reasoning
+    u = turn.usage
+    usage = {"prompt_tokens": u.input_tokens or 0, "completion_tokens": u.output_tokens or 0,
+             "total_tokens": (u.input_tokens or 0) + (u.output_tokens or 0)}
+    return {"id": response_id, "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": _WIRE_FINISH.get(turn.stop_reason, "stop")}],
+            "usage": usage}

@@ -13,6 +13,10 @@ move cannot be compared across runs. The rubric (one label per tool call and one
                         structured answer (that label then stands)        charged to reasoning
   engine_error          the cell hit an engine error (every otherwise unlabelled event)
                                                                           charged to the engine
+  serving_stack         the run ended on a serving-stack fault: a tool call written as text, a
+                        tool-call token repeated to the output limit, a reply that is neither a
+                        call nor an answer (every otherwise unlabelled event)
+                                                                          charged to the serving stack
   ok                    the cell passed fidelity and the chamber verdict (if any) is pass/inconclusive
   unclassified          none of the rules applied
 
@@ -27,12 +31,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from agent.models.text_calls import SERVING_STACK_OUTCOMES
 from agent.scoring.cells import CellFacts
 
 LABELS = ("ok", "tool_output", "tool_selection", "condition_omission", "verification_skipped", "engine_error",
-          "unclassified")
+          "serving_stack", "unclassified")
 CHARGED_TO = {"tool_output": "tool", "tool_selection": "reasoning", "condition_omission": "reasoning",
-              "verification_skipped": "reasoning", "engine_error": "engine", "ok": None, "unclassified": None}
+              "verification_skipped": "reasoning", "engine_error": "engine", "serving_stack": "serving_stack",
+              "ok": None, "unclassified": None}
 VERIFICATION_TOOLS = frozenset({"search_text", "extract_table_markdown", "cross_sensor_check"})
 GOLD_LABELS = ("classifier_correct", "classifier_missed_tool_output", "classifier_missed_tool_selection",
                "classifier_missed_condition_omission", "classifier_missed_verification_skipped",
@@ -101,15 +107,19 @@ def attribute(facts: CellFacts, *, fidelity_passed: bool | None, condition_omitt
     if not facts.calls_known:
         notes.append("per-call detail unknown: only the final output is labelled")
     engine = facts.engine_error
+    serving = facts.outcome in SERVING_STACK_OUTCOMES
     if engine:
         labels = [x or "engine_error" for x in labels]
         notes.append("engine error: unlabelled events charged to the engine")
+    elif serving:  # the parser, template or decoding failed the model: not a reasoning failure
+        labels = [x or "serving_stack" for x in labels]
+        notes.append(f"serving-stack fault ({facts.outcome}): {facts.final_error[:160]}")
     else:
         for k, err in zip(final_at, final_errors):
             if err:
                 labels[k] = "verification_skipped"
                 notes.append(f"ended without a structured answer: {err[:120]}")
-    if not fidelity_passed and not engine:
+    if not fidelity_passed and not engine and not serving:  # reasoning rules: only for a cell nothing cut short
         used = (sum(1 for c in facts.calls if c.tool in VERIFICATION_TOOLS) if facts.calls_known
                 else sum(n for t, n in facts.counts.items() if t in VERIFICATION_TOOLS))
         if not used:
@@ -125,7 +135,7 @@ def attribute(facts: CellFacts, *, fidelity_passed: bool | None, condition_omitt
     if fidelity_passed and (verdict is None or str(verdict).lower() in ("pass", "inconclusive")):
         labels = [x or "ok" for x in labels]
     final = [x or "unclassified" for x in labels]
-    problematic = engine or any(x != "ok" for x in final)
+    problematic = engine or serving or any(x != "ok" for x in final)
     return Attribution(final, events, "PROBLEMATIC" if problematic else "CLEAN", notes)
 
 
