@@ -348,7 +348,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--mirror", help="folder or URL holding the files (DPS310.pdf or upstream barometer.pdf)")]),
         ("extract", "run the instrumented agent on one claim and write its dispatch record",
          job("agent.extract_job:extract_job", "extract_text", lambda d: done(d, incomplete=d["outcome"] != "submitted"),
-             claims=claims, datasheets_dir=sheets), [
+             claims=claims, datasheets_dir=sheets, model=lambda a: lib("agent.models").with_model_options(
+                 a.model, {} if a.temperature is None else {"temperature": a.temperature})), [
             claim_id, "claims", "phase-two", opt("--model", required=True, help="scripted:<policy> | <anthropic "
                                                  "model id> | openai:<model> | openai-compat:<base_url>#<model>"),
             opt("--datasheet", type=Path, help="PDF (default: the claim's datasheet in shared/)"),
@@ -362,6 +363,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--thinking", metavar="TOKENS|off", help="extended thinking budget (Anthropic, LiteLLM)"),
             opt("--effort", help="reasoning effort (OpenAI reasoning, Anthropic effort, chat reasoning_effort)"),
             opt("--max-output-tokens", type=POSITIVE, help="output token limit per model turn"),
+            opt("--temperature", type=checked(float, lambda v: 0 <= v <= 2, "a number 0..2"), help="sampling "
+                "temperature (chat completions: openai-compat:...; 0 for reproducible local runs)"),
             opt("--extra-body", metavar="JSON", help="chat completions only: a JSON object merged into each request, "
                 "e.g. '{\"chat_template_kwargs\": {\"enable_thinking\": false}}'")]),
         ("serve", "serve the chamber tools API over HTTP (loopback by default)",
@@ -429,6 +432,14 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
              f"{d['by_role']}", root=lambda a: a.archive), [
             opt("archive", type=Path, help="the paper-archive folder (holding archive/ and data/)"),
             opt("--out", type=Path, required=True, help="folder to write the converted cells into")]),
+        ("doctor", "probe a model endpoint with tiny requests (tool calls, tool results, empty-content turns, "
+         "tool_choice, response_format, the run's tool schema, reasoning, PDF, images, usage) before a run",
+         job("agent.doctor:doctor_job", "doctor_text", code=lambda d: 0 if d["ok"] else 2), [
+            opt("--model", required=True, help="the --model spec to probe, options included (e.g. "
+                "'openai-compat:http://127.0.0.1:8080/v1#qwen?max_output_tokens=256')"),
+            opt("--out", type=Path, help="evidence folder: each probe's request and raw answer as JSON "
+                "(default ./doctor/<UTC time>/)"),
+            opt("--timeout", type=seconds, default=120.0, help="seconds each probe request may take (default 120)")]),
         ("matrix", "run models x claims x repeats x arms (resumable), then score the run folder",
          job("agent.scoring.matrix:matrix_job", "matrix_text",  # engine_error or crashed cells are not results
              lambda d: done(d, incomplete=bool(d["run"].get("failures") or d["run"].get("engine_errors"))),
@@ -443,7 +454,18 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--out", type=Path, required=True, help="the run folder (cells, scores, index.sqlite)"),
             opt("--concurrency", type=POSITIVE, default=2, help="cells run at once (default 2)"), "scoring",
             "phase-two", opt("--inspect-log", **flag, help="also write OUT/inspect/: one inspect-ai eval log per "
-                             "model, every cell a sample")]),
+                             "model, every cell a sample"),
+            opt("--max-output-tokens", type=POSITIVE, help="output token limit per model turn (every model but "
+                "scripted:*, unless its spec sets ?max_output_tokens=)"),
+            opt("--temperature", type=checked(float, lambda v: 0 <= v <= 2, "a number 0..2"), help="sampling "
+                "temperature, chat completions (unless a spec sets ?temperature=)"),
+            opt("--extra-body", metavar="JSON", help="chat completions: a JSON object merged into each request "
+                "(a spec's own extra.<key>= wins)"),
+            opt("--thinking", metavar="TOKENS|off", help="extended thinking budget (Anthropic, LiteLLM)"),
+            opt("--effort", help="reasoning effort (OpenAI reasoning, Anthropic effort, chat reasoning_effort)"),
+            opt("--preflight", action=argparse.BooleanOptionalAction, default=None, help="probe each model's "
+                "endpoint (chamberlab doctor) before any cell; a failed needed probe stops the matrix (default: "
+                "on for every model but scripted:*)")]),
         ("report", "write RUN_DIR/report.md, report.html and figures from what the run folder holds",
          job("agent.scoring.offline:report_job", "report_text", claims=run_pool),
          [opt("run_dir", type=Path, help="a run folder (run, matrix --out)"), "claims"]),

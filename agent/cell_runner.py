@@ -3,7 +3,9 @@
 Why one runner: the main job's cells (agent_job), the matrix (scoring/matrix) and `extract` used to run cells
 each their own way, with two id schemes and two resume rules, and arm and repeat were parsed back out of strings.
 Here a cell is planned with typed fields (`PlannedCell`: claim, model, arm, repeat), its id follows from them by
-one rule (`cell_id`), and the same fields are written, typed, on the record's run_start (agent.record.CellKey).
+one rule (`cell_id`: short and stable — the model's label, not its whole endpoint and options, which the record's
+run_start config and the index's model column keep), and the same fields are written, typed, on the record's
+run_start (agent.record.CellKey).
 
 The resume rule, the same for every caller: a planned cell whose record is complete (validate_record: run_start
 to run_end, blobs intact) is kept and its index row written again from the record; an incomplete or invalid one
@@ -17,6 +19,7 @@ SQLite index is written from the calling thread only (worker threads run cells, 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import shutil
@@ -40,21 +43,47 @@ from protocols.files import write_json_atomic
 log = logging.getLogger(__name__)
 
 
+def model_label(spec: str) -> str:
+    """A model's short name in cell ids: the model after `#` for openai-compat:<base_url>#<model>, else the spec
+    without its `?options` (scripted:reader, claude-…, openai:<model>). The full spec stays in the record's
+    run_start config (endpoint, options) and in the index's model column."""
+    from agent.models import ModelSpecError, parse_model_spec
 
-def cell_id(model: str, claim_id: str, arm: str = "normal", repeat: int = 1) -> str:
-    """The one id scheme: claim, file-safe model spec, arm, repeat ("dps310-operating-range--scripted_reader--
-    normal--r1"). It names the record file and is the record's run id; nothing parses it back."""
-    return f"{claim_id}--{slug(model)}--{slug(arm)}--r{repeat}"
+    base = spec.split("?", 1)[0].strip()
+    try:
+        kind, model, _ = parse_model_spec(base)
+    except ModelSpecError:  # a hand-built client's name: itself
+        return base
+    return model if kind == "openai-compat" else base
+
+
+def model_labels(models: Sequence[str]) -> dict[str, str]:
+    """Each spec's label in one plan: model_label, plus a short hash of the whole spec (endpoint and options)
+    where two different specs would otherwise share a label (one model at two temperatures). The same list of
+    specs always gives the same labels, so a resumed plan finds its cells."""
+    base = {m: model_label(m) for m in dict.fromkeys(models)}
+    shared = Counter(slug(label) for label in base.values())
+    return {m: f"{label}-{hashlib.sha256(m.strip().encode()).hexdigest()[:8]}" if shared[slug(label)] > 1 else label
+            for m, label in base.items()}
+
+
+def cell_id(model: str, claim_id: str, arm: str = "normal", repeat: int = 1, *, label: str | None = None) -> str:
+    """The one id scheme: claim, file-safe model label (`label`, default model_label of the spec), arm, repeat
+    ("dps310-operating-range--scripted_reader--normal--r1"). It names the record file and is the record's run id;
+    nothing parses it back."""
+    return f"{claim_id}--{slug(label or model_label(model))}--{slug(arm)}--r{repeat}"
 
 
 @dataclass(frozen=True)
 class PlannedCell:
-    """One cell of a plan: which claim, which model spec, which probe arm, which repeat (from 1)."""
+    """One cell of a plan: which claim, which model spec (the full one: endpoint and options), which probe arm,
+    which repeat (from 1); `label` names the model in the cell id (default: model_label of the spec)."""
 
     claim_id: str
     model: str
     arm: str = "normal"
     repeat: int = 1
+    label: str | None = None
 
     def __post_init__(self) -> None:
         if self.arm not in ARMS:
@@ -64,7 +93,7 @@ class PlannedCell:
 
     @property
     def cell_id(self) -> str:
-        return cell_id(self.model, self.claim_id, self.arm, self.repeat)
+        return cell_id(self.model, self.claim_id, self.arm, self.repeat, label=self.label)
 
     @property
     def run_id(self) -> str:
@@ -77,10 +106,13 @@ class PlannedCell:
 
 def plan_cells(models: Sequence[str], claim_ids: Sequence[str], repeats: int = 1,
                arms: Sequence[str] = ("normal",)) -> list[PlannedCell]:
-    """Models × arms × claims × repeats, in that order."""
+    """Models × arms × claims × repeats, in that order; each model named in cell ids by its label in this plan
+    (model_labels)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    return [PlannedCell(c, m, a, r) for m in models for a in arms for c in claim_ids for r in range(1, repeats + 1)]
+    labels = model_labels(models)
+    return [PlannedCell(c, m, a, r, labels[m]) for m in models for a in arms for c in claim_ids
+            for r in range(1, repeats + 1)]
 
 
 def next_repeat(cells_dir: Path, model: str, claim_id: str, arm: str = "normal") -> int:
@@ -215,7 +247,8 @@ def run_cells(
     ids = [c.cell_id for c in cells]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
-        raise ValueError(f"cells planned twice: {twice}; expected each (claim, model, arm, repeat) once")
+        raise ValueError(f"cells planned twice: {twice}; expected each (claim, model, arm, repeat) once (two "
+                         "specs sharing a model label need plan_cells' labels)")
     cells_dir = Path(cells_dir)
     cells_dir.mkdir(parents=True, exist_ok=True)
     if extractions_dir is not None:

@@ -87,8 +87,9 @@ def test_matrix_exits_non_zero_when_cells_end_in_engine_error(tmp_path, capsys):
 
     shared_path("datasheets", "DPS310.pdf")
     with replay([Reply(BAD_REQUEST, 400)]) as (url, _):
-        code = bench_cli.main(["matrix", "--models", f"openai-compat:{url}/v1#m", "--claims",
-                               "dps310-pressure-rate-range", "--out", str(tmp_path / "m"), "--json"])
+        code = bench_cli.main(["matrix", "--models", f"openai-compat:{url}/v1#m", "--claims",  # the replay answers
+                               "dps310-pressure-rate-range", "--out", str(tmp_path / "m"), "--json",  # no probe:
+                               "--no-preflight"])  # the cells themselves meet the 400
     data = json.loads(capsys.readouterr().out)
     assert code == 1 and data["run"]["engine_errors"]
 

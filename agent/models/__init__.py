@@ -4,18 +4,21 @@ Model strings: `scripted:<policy>` (offline, in process), `openai:<model>` (Resp
 `openai-compat:<base_url>#<model>` (chat completions: vLLM, LiteLLM), `claude-…` an Anthropic model id; any other
 string is refused as an unknown spec (not sent to Anthropic, whose key would be asked for first).
 Any of them may end in `?option=value&...` (model options, so that a matrix can give each model its own):
-`thinking=<budget tokens>|off`, `effort=low|medium|high|...`, `max_output_tokens=<n>`, `images=false`, and
+`thinking=<budget tokens>|off`, `effort=low|medium|high|...`, `max_output_tokens=<n>`, `images=false`,
+`temperature=<0..2>` (chat completions only: sent as the request's `temperature`), and
 `extra.<dotted.key>=<JSON value>` for chat-completions `extra_body` (e.g.
-`extra.chat_template_kwargs.enable_thinking=false` for Qwen3 on vLLM).
+`extra.chat_template_kwargs.enable_thinking=false` for Qwen3 on vLLM). `with_model_options` writes options into a
+spec (under the spec's own: the spec wins), so a matrix's flags and each model's `?...` make one spec string.
 Keys come from the environment mapping passed in; a missing key raises MissingApiKey naming the variable.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import httpx
 
@@ -36,6 +39,7 @@ from agent.tool import Tool, ToolResult
 __all__ = [
     "Message", "MissingApiKey", "ModelClient", "ModelError", "ModelRequest", "ModelTurn", "TextBlock",
     "TokenUsage", "Tool", "ToolCallBlock", "ToolResult", "ToolResultBlock", "client_for", "parse_model_spec",
+    "with_model_options",
 ]
 
 ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
@@ -51,7 +55,7 @@ ANTHROPIC_PREFIX = "claude"
 EXPECTED_SPECS = "scripted:<policy>, claude-…, openai:<model> or openai-compat:<base_url>#<model>"
 
 
-_OPTION_KEYS = ("thinking", "effort", "max_output_tokens", "images")
+_OPTION_KEYS = ("thinking", "effort", "max_output_tokens", "images", "temperature")
 
 
 def split_model_options(spec: str) -> tuple[str, dict[str, Any]]:
@@ -92,10 +96,65 @@ def split_model_options(spec: str) -> tuple[str, dict[str, Any]]:
             if value not in ("true", "false"):
                 raise ModelSpecError(f"images={value!r}: expected true or false")
             options["images"] = value == "true"
+        elif key == "temperature":
+            options["temperature"] = _temperature(value)
         else:
             raise ModelSpecError(f"unknown model option {key!r} in {spec!r}; known: "
                                  f"{', '.join(_OPTION_KEYS)}, extra.<key>")
     return base, options
+
+
+def _temperature(value: str) -> float:
+    try:
+        t = float(value)
+    except ValueError:
+        t = math.nan
+    if not (math.isfinite(t) and 0 <= t <= 2):
+        raise ModelSpecError(f"temperature={value!r}: expected a number from 0 to 2")
+    return t
+
+
+def _query(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Model options as split_model_options takes them back: (key, text) pairs, `extra_body` flattened."""
+    pairs: list[tuple[str, str]] = []
+
+    def flat(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for k in sorted(node):
+                flat(f"{prefix}.{k}", node[k])
+        else:
+            pairs.append((prefix, json.dumps(node, separators=(",", ":"))))
+
+    for key in sorted(options):
+        value = options[key]
+        if key == "extra_body":
+            flat("extra", dict(value))
+        elif key == "thinking":
+            off = value.get("type") == "disabled"
+            pairs.append(("thinking", "off" if off else str(value.get("budget_tokens"))))
+        elif key == "images":
+            pairs.append(("images", "true" if value else "false"))
+        elif key == "temperature":
+            pairs.append(("temperature", f"{float(value):g}"))
+        elif key in _OPTION_KEYS:
+            pairs.append((key, str(value)))
+        else:
+            raise ModelSpecError(f"model option {key!r} has no spec form; known: {', '.join(_OPTION_KEYS)}, "
+                                 "extra_body")
+    return pairs
+
+
+def with_model_options(spec: str, options: Mapping[str, Any] | None) -> str:
+    """`spec` with `options` (as split_model_options returns them) written into its `?...` under the spec's own:
+    a key the spec sets itself wins (`extra_body` merged key by key). No options: the spec unchanged; else one
+    canonical string (keys sorted), so the same spec and flags always give the same text."""
+    if not options:
+        return spec.strip()
+    base, own = split_model_options(spec)
+    merged = {**dict(options), **own}
+    if "extra_body" in options and "extra_body" in own:
+        merged["extra_body"] = {**dict(options["extra_body"]), **own["extra_body"]}
+    return base + "?" + "&".join(f"{k}={quote(v, safe=':[]{}')}" for k, v in _query(merged))
 
 
 def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
@@ -126,7 +185,8 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
     """A model client for a `--model` string. `env` supplies ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL,
     OPENAI_API_KEY / OPENAI_BASE_URL, OPENAI_COMPAT_API_KEY (optional). `http` is used by the OpenAI clients.
     `options` (merged over the spec's own `?...` options): thinking, effort, max_output_tokens, images,
-    extra_body. An option the chosen API cannot carry raises ModelSpecError instead of being dropped."""
+    temperature, extra_body. An option the chosen API cannot carry raises ModelSpecError instead of being
+    dropped."""
     base, spec_options = split_model_options(spec)
     kind, model, base_url = parse_model_spec(base)
     options = {**spec_options, **dict(options or {})}
@@ -164,6 +224,8 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
     thinking = options.get("thinking")
     if thinking is not None:
         extra.setdefault("thinking", thinking)  # LiteLLM passes it to Claude
+    if options.get("temperature") is not None:
+        extra.setdefault("temperature", options["temperature"])  # a top-level field of chat completions
     return OpenAIChatClient(model, base_url=str(base_url), http=http or httpx.Client(timeout=600.0),
                             api_key=env.get("OPENAI_COMPAT_API_KEY"), extra_body=extra,
                             images=options.get("images", True), max_output_tokens=options.get("max_output_tokens"))
@@ -172,12 +234,15 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
 _ALLOWED = {
     "anthropic": {"thinking", "effort", "max_output_tokens"},
     "openai": {"effort", "reasoning", "max_output_tokens"},
-    "openai-compat": {"effort", "thinking", "max_output_tokens", "images", "extra_body"},
+    "openai-compat": {"effort", "thinking", "max_output_tokens", "images", "extra_body", "temperature"},
 }
+_WHY_NOT = {"temperature": "this client sends no sampling options (the provider's default applies); set it through "
+                           "a chat-completions endpoint instead (openai-compat:<base_url>#<model>)"}
 
 
 def _refuse(kind: str, options: Mapping[str, Any]) -> None:
     bad = sorted(set(options) - _ALLOWED[kind])
     if bad:
+        why = "".join(f"; {k}: {_WHY_NOT[k]}" for k in bad if k in _WHY_NOT)
         raise ModelSpecError(f"model option(s) {', '.join(bad)} do not apply to {kind} models; they take "
-                             f"{', '.join(sorted(_ALLOWED[kind]))}")
+                             f"{', '.join(sorted(_ALLOWED[kind]))}{why}")

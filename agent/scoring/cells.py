@@ -61,6 +61,12 @@ class CellFacts:
     role: str = ""  # archive role: planted_fault | clean | matrix | probe | ...
     meta: dict[str, Any] = field(default_factory=dict)
     record: str | None = None
+    spec: str = ""  # the full model spec (endpoint, model, options: recorded_spec); "" = the model alone
+
+    @property
+    def model_spec(self) -> str:
+        """What cells are grouped by: the full spec, else (an imported cell) the model name."""
+        return self.spec or self.model
 
     @property
     def engine_error(self) -> bool:
@@ -102,6 +108,29 @@ def arm_and_repeat(start: RunStart) -> tuple[str, int | None]:
     return arm_of_surface(start.tool_surface.version), (start.config or {}).get("repeat", _repeat_of(start.run_id))
 
 
+def recorded_spec(start: RunStart) -> str:
+    """The full model spec a record was made with, from run_start: `<provider>:<endpoint>#<model>` when the
+    client called an endpoint, else the model, then `?<option>=<JSON>&...` for the client's options (as sent:
+    e.g. a chat-completions temperature inside extra_body). Cells of one model name at another endpoint or with
+    other options are another spec, and are scored apart."""
+    config = start.config or {}
+    endpoint = config.get("model_endpoint")
+    spec = f"{start.provider}:{endpoint}#{start.model}" if endpoint else start.model
+    pairs: list[str] = []
+
+    def flat(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for k in sorted(node):
+                flat(f"{prefix}.{k}", node[k])
+        else:
+            pairs.append(f"{prefix}={json.dumps(node, sort_keys=True, separators=(',', ':'))}")
+
+    options = config.get("model_options") or {}
+    for key in sorted(options):
+        flat(str(key), options[key])
+    return spec + ("?" + "&".join(pairs) if pairs else "")
+
+
 def facts_from_events(events: list[Any], record: Path | None = None) -> CellFacts:
     """Facts of one cell from its typed record events (run_start first)."""
     start = events[0]
@@ -138,6 +167,7 @@ def facts_from_events(events: list[Any], record: Path | None = None) -> CellFact
         model_latency_s=sum(t.latency_ms for t in turns) / 1000.0, turns=len(turns),
         chamber_verdict=chamber_verdict, record=str(record) if record else None,
         meta={"datasheet": start.datasheet, "tool_surface": start.tool_surface.model_dump()},
+        spec=recorded_spec(start),
     )
 
 

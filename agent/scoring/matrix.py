@@ -7,6 +7,12 @@ matrix's own: its run folder layout — `OUT/cells/<cell_id>.jsonl` (+ blobs), `
 failed attempts in `OUT/retired/`, `OUT/index.sqlite` (one run row, a row per cell with its fidelity and flags),
 then `OUT/scores.json` — and its flat counts. With a chamber service every cell that submits its extraction goes
 on to phase two (over HTTP); without one the record says phase two was skipped.
+
+Model options: the flags (--max-output-tokens, --temperature, --extra-body, --thinking, --effort) are written into
+every model's spec under the spec's own `?option=` (the spec wins), so each model runs, is indexed and resumes
+under one full spec string; its cells are named by the model's label (agent.cell_runner.model_labels). Before any
+cell, each model that calls an endpoint is preflighted (agent.doctor): a failed probe the run needs stops the
+matrix, naming the probe, its finding and its evidence (`OUT/preflight/<label>/`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from agent.cell_runner import CellDone, CellIndex, PlannedCell, plan_cells, report_json, run_cells, score_run
+from agent.cell_runner import (CellDone, CellIndex, PlannedCell, model_labels, plan_cells, report_json, run_cells,
+                               score_run)
 
 MatrixCell = PlannedCell  # one cell of the matrix: claim, model, arm, repeat (cell_id / run_id follow from them)
 plan = plan_cells
@@ -26,6 +33,54 @@ plan = plan_cells
 
 class MatrixRefused(ValueError):
     """A matrix request naming what does not exist (claim ids, arms) or a missing datasheet folder."""
+
+
+class PreflightFailed(MatrixRefused):
+    """A model's endpoint failed a preflight probe the run depends on: no cell was run."""
+
+
+def is_scripted(spec: str) -> bool:
+    return spec.strip().startswith("scripted:")
+
+
+def model_specs(models: Sequence[str], options: Mapping[str, Any]) -> list[str]:
+    """Each model's full spec: the flags' `options` written under its own `?...` (the spec wins). Scripted
+    models run in process and take no options: they keep their spec."""
+    from agent.models import with_model_options
+
+    return [m.strip() if is_scripted(m) else with_model_options(m, options) for m in models]
+
+
+def preflight_models(specs: Sequence[str], labels: Mapping[str, str], out: Path, say: Callable[[str], None],
+                     timeout_s: float = 120.0) -> dict[str, Any]:
+    """agent.doctor.preflight for each spec that calls an endpoint (not scripted:*), its evidence under
+    `out/preflight/<label>/`, each probe request allowed `timeout_s`; raises PreflightFailed on the first model
+    with a failed probe the run needs."""
+    from agent import doctor
+    from agent.scoring.cells import slug
+
+    done: dict[str, Any] = {}
+    for spec in specs:
+        if is_scripted(spec):
+            continue
+        folder = out / "preflight" / slug(labels[spec])  # a file-safe label (vLLM names hold "/")
+        report = doctor.preflight(spec, out_dir=folder, environ=os.environ, needs=doctor.needs_for_run(spec),
+                                  progress=say, timeout_s=timeout_s)
+        done[labels[spec]] = {"ok": bool(report.ok), "evidence": str(folder)}
+        if not report.ok:
+            raise PreflightFailed(_preflight_failure(spec, report, folder))
+        say(f"preflight {labels[spec]}: passed ({folder})")
+    return done
+
+
+def _preflight_failure(spec: str, report: Any, folder: Path) -> str:
+    """One line: each failed probe the run needs with its finding and evidence file, the fixes once each."""
+    failed = [p for p in report.probes if p.name in set(report.failed_needed)]
+    named = "; ".join(f"probe {p.name} failed: {p.finding} (evidence {p.evidence or folder})" for p in failed)
+    fixes = "; ".join(dict.fromkeys(p.fix for p in failed if p.fix))
+    return (f"preflight of {spec} failed, no cell run: {named or 'a needed probe failed'}"
+            + (f". Likely fix: {fixes}" if fixes else "")
+            + f". See `chamberlab doctor --model '{spec}'`; --no-preflight runs the matrix anyway")
 
 
 def run_matrix(cells: list[PlannedCell], *, out: Path, concurrency: int = 2,
@@ -64,12 +119,16 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
                arms: Sequence[str], repeats: int, out: Path, datasheets_dir: Path, prices: Path | None,
                concurrency: int, max_turns: int, wall_s: float, no_chamber: bool, chamber_url: str | None,
                chamber_token_file: Path | None, inspect_log: bool, say: Callable[[str], None],
-               claim_sources: Sequence[str | Path] = ()) -> dict[str, Any]:
-    """Check the request (the --out folder, ids, arms, every model's key, the datasheet folder) before any cell
-    runs, record the claim pool in `out/claim_pool.json` (with `claim_sources`, the files it came from), run the
-    plan into `out` with its index, score it into `out/scores.json` and the index rows; the run's counts, the
-    scores' summary and (with `inspect_log`) one inspect-ai eval log per model."""
-    from agent.extract_job import chamber_for_cells
+               claim_sources: Sequence[str | Path] = (), thinking: str | None = None, effort: str | None = None,
+               max_output_tokens: int | None = None, extra_body: str | None = None,
+               temperature: float | None = None, preflight: bool | None = None) -> dict[str, Any]:
+    """Check the request (the --out folder, ids, arms, every model's spec with the option flags and its key, the
+    datasheet folder) before any cell runs, preflight each model's endpoint (`preflight`: None = on for every
+    model but scripted:*), record the claim pool in `out/claim_pool.json` (with `claim_sources`, the files it
+    came from), run the plan into `out` with its index, score it into `out/scores.json` and the index rows; the
+    run's counts, the scores' summary (stability in words) and (with `inspect_log`) one inspect-ai eval log per
+    model."""
+    from agent.extract_job import chamber_for_cells, model_options
     from agent.loop import Budget
     from agent.models import client_for
     from agent.runindex import RunIndex
@@ -79,13 +138,22 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
     if out.exists() and not out.is_dir():
         raise MatrixRefused(f"--out {out} is a file; expected a folder (new or a run folder to resume)")
     ids = check_plan(claims, selected, arms)
-    for m in models:  # fail before any cell runs when a key is missing
+    options = model_options(thinking=thinking, effort=effort, max_output_tokens=max_output_tokens,
+                            extra_body=extra_body)
+    if temperature is not None:
+        options["temperature"] = temperature
+    models = model_specs(models, options)
+    for m in models:  # fail before any cell runs when a key is missing or an option does not apply
         client_for(m, os.environ)
     price_table = load_price_table(prices) if prices else None
     if not datasheets_dir.exists():
         raise MatrixRefused(f"datasheet folder {datasheets_dir} not found (give --datasheets or set "
                             "CHAMBERLAB_SHARED)")
     cells = plan(list(models), ids, repeats, list(arms))
+    labels = model_labels(models)
+    checked: dict[str, Any] = {}
+    if preflight is not False:
+        checked = preflight_models(models, labels, out, say, timeout_s=wall_s)  # wall_s: a slow CPU server
     out.mkdir(parents=True, exist_ok=True)
     write_run_pool(out, claims, [str(p) for p in claim_sources] or [MAIN_JOB_POOL])  # no --claims PATH: run's pool
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -106,7 +174,8 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
         finally:
             index.finish_run(out.name, datetime.now(timezone.utc).isoformat(timespec="seconds"), status,
                              {"cells": len(cells)})
-    data: dict[str, Any] = {"run": run, "summary": scores["summary"], "out": str(out)}
+    data: dict[str, Any] = {"run": run, "summary": scores["summary"], "out": str(out),
+                            "models": labels, "preflight": checked}
     if inspect_log:
         from agent.inspect_log import export_eval_logs
 
@@ -124,5 +193,7 @@ def matrix_text(d: Mapping[str, Any]) -> str:
     for key in ("failures", "engine_errors"):
         if run.get(key):
             lines.append(f"{key.replace('_', ' ')}: {', '.join(map(str, run[key]))}")
+    for group, text in (d["summary"].get("stability_text") or {}).items():
+        lines.append(f"{group}: {text}")
     lines.append(f"scores: {d['out']}/scores.json; flagged {flagged_text(d['summary']['flagged'])}")
     return "\n".join(lines)

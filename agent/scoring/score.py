@@ -150,7 +150,8 @@ def score_cell(facts: CellFacts, claim: Any, *, searcher: DatasheetSearcher | No
     verdict = verdict if verdict is not None else facts.chamber_verdict
     attr = attribute(facts, fidelity_passed=passed, condition_omitted=omitted, verdict=verdict)
     row: dict[str, Any] = {
-        "run_id": facts.run_id, "claim_id": facts.claim_id, "model": facts.model, "arm": facts.arm,
+        "run_id": facts.run_id, "claim_id": facts.claim_id, "model": facts.model, "model_spec": facts.model_spec,
+        "arm": facts.arm,
         "repeat": facts.repeat, "source": facts.source, "outcome": facts.outcome, "role": facts.role or None,
         "fidelity": fidelity, "flags": det.flags, "detector": det.to_json(), "attribution": attr.labels,
         "attribution_detail": attr.to_json(), "tool_calls_by_tool": facts.tool_counts(),
@@ -170,20 +171,48 @@ def score_cell(facts: CellFacts, claim: Any, *, searcher: DatasheetSearcher | No
     return row
 
 
+STABILITY_MIN_REPEATS = 2
+
+
 def stability(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Run-to-run stability: per model and arm, claims whose fidelity verdict is the same in every repeat."""
-    groups: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    """Run-to-run stability per full model spec (endpoint and options) and arm: of the claims with at least two
+    submitted repeats, those whose fidelity verdict is the same in every submitted repeat. A repeat that ended in
+    an engine error, a timeout or without a submission says nothing about stability and is not counted; a claim
+    left with fewer than two submitted repeats is counted apart (stability_text says how many)."""
+    groups = _stability_groups(rows)
+    out = {}
+    for key, claims in groups.items():
+        multi = {c: v for c, v in claims.items() if len(v) >= STABILITY_MIN_REPEATS}
+        flipped = sorted(c for c, v in multi.items() if len(set(v)) > 1)
+        out[key] = {"claims": len(multi), "stable": len(multi) - len(flipped), "flipped": flipped,
+                    "repeats": max((len(v) for v in multi.values()), default=0)}
+    return out
+
+
+def stability_text(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """stability() in words, per group: 'stable: 3 of 3 claims with >= 2 submitted repeats; 2 claims had
+    fewer'."""
+    out = {}
+    for key, claims in _stability_groups(rows).items():
+        multi = {c: v for c, v in claims.items() if len(v) >= STABILITY_MIN_REPEATS}
+        stable = sum(1 for v in multi.values() if len(set(v)) == 1)
+        fewer = len(claims) - len(multi)
+        out[key] = (f"stable: {stable} of {len(multi)} claim{'s' * (len(multi) != 1)} with >= "
+                    f"{STABILITY_MIN_REPEATS} submitted repeats; "
+                    + (f"{fewer} claim{'s' * (fewer != 1)} had fewer" if fewer else "none had fewer"))
+    return out
+
+
+def _stability_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[bool]]]:
+    """`<model spec>|<arm>` → claim → the fidelity verdicts of its submitted repeats (cells of a plan only)."""
+    groups: dict[str, dict[str, list[bool]]] = defaultdict(dict)
     for r in rows:
         if r.get("repeat") is None:
             continue
-        groups[(r["model"], r["arm"])][r["claim_id"]].append(bool(r["fidelity"].get("passed")))
-    out = {}
-    for (model, arm), claims in sorted(groups.items()):
-        multi = {c: v for c, v in claims.items() if len(v) >= 2}
-        flipped = sorted(c for c, v in multi.items() if len(set(v)) > 1)
-        out[f"{model}|{arm}"] = {"claims": len(multi), "stable": len(multi) - len(flipped), "flipped": flipped,
-                                 "repeats": max((len(v) for v in multi.values()), default=0)}
-    return out
+        verdicts = groups[f"{r.get('model_spec') or r['model']}|{r['arm']}"].setdefault(r["claim_id"], [])
+        if r["outcome"] == "submitted":
+            verdicts.append(bool(r["fidelity"].get("passed")))
+    return dict(sorted(groups.items()))
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -207,6 +236,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cost_per_cell_mean": sum(costs) / len(costs) if costs else None,
         "latency_per_cell_mean_s": sum(lat) / len(lat) if lat else None,
         "stability": stability(rows),
+        "stability_text": stability_text(rows),
     }
 
 
