@@ -54,8 +54,8 @@ def score_text(d: Mapping[str, Any]) -> str:
     lines.append(f"cells {s['cells']}, fidelity passed {s['fidelity_passed']}, flagged {flagged_text(s['flagged'])}")
     if s.get("claim_pools"):
         lines.append(f"claims graded against: {'; '.join(s['claim_pools'])}")
-    if s.get("stability_text"):
-        lines.append(s["stability_text"])
+    for group, text in (s.get("stability_text") or {}).items():
+        lines.append(f"{group}: {text}")
     for key in ("planted_faults_total", "planted_faults_flagged", "clean_cells_total", "clean_cells_flagged", "kappa"):
         if key in s:
             lines.append(f"{key}: {s[key]}")
