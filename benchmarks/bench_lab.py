@@ -257,7 +257,7 @@ def overhead(client: Client, chambers: list[str], count: int, poll_s: float = 0.
         finally:
             http.close()
 
-    shares = [count // len(chambers) + (1 if i < count % len(chambers) else 0) for i in range(len(chambers))]
+    shares = split(count, len(chambers))
     threads = [threading.Thread(target=serve, args=(c, n)) for c, n in zip(chambers, shares) if n]
     for t in threads:
         t.start()
@@ -266,6 +266,11 @@ def overhead(client: Client, chambers: list[str], count: int, poll_s: float = 0.
     if errors:
         raise RuntimeError(f"overhead run failed: {errors[0]}")
     return {k: {"p50_ms": statistics.median(v) * 1e3, "p99_ms": percentile(v, 99) * 1e3} for k, v in parts.items()}
+
+
+def split(count: int, parts: int) -> list[int]:
+    """`count` spread over `parts` as evenly as whole numbers go (the first ones take the remainder)."""
+    return [count // parts + (1 if i < count % parts else 0) for i in range(parts)]
 
 
 def fill_queue(client: Client, chamber_id: str, count: int, threads: int = 4) -> None:
@@ -282,7 +287,7 @@ def fill_queue(client: Client, chamber_id: str, count: int, threads: int = 4) ->
                     errors.append(f"HTTP {response.status_code}: {response.text[:200]}")
                     return
 
-    shares = [count // threads + (1 if i < count % threads else 0) for i in range(threads)]
+    shares = split(count, threads)
     workers = [threading.Thread(target=post, args=(n,)) for n in shares]
     for t in workers:
         t.start()

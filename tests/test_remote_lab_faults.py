@@ -26,20 +26,15 @@ from protocols.remote_lab.lab_file import Lab, LabFile
 from protocols.remote_lab.worker import ChamberWorker, WorkerRefused, reap
 from simulator.board import running_board
 from simulator.board_faults import BoardFaults
-
 from chamber.testing import FAST_TIMING
+
+from remote_lab_support import poll
 
 LAB = Lab(LabFile.model_validate({"chambers": {"wt-1": {"board": "emulated:wt"}}}), "test lab")
 
 
 def wait_until(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout} s")
+    return poll(predicate, timeout, "condition")
 
 
 @pytest.fixture

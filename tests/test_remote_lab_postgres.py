@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from postgres_server import fresh_postgres_db, postgres_server  # noqa: F401  (fixtures)
+import remote_lab_support
 from support import PROJECT_ROOT
 
 CHAMBERLAB = str(PROJECT_ROOT / ".venv" / "bin" / "chamberlab")
@@ -49,18 +50,10 @@ ACTUATOR = {"wt": ("load_in", 0.5), "lt": ("red", 120)}  # the safe state puts b
 
 
 def poll(what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 0.1) -> Any:
-    """`check()` until truthy (returned), else fail naming `what` and the last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"{what}: not within {timeout_s:g} s (last seen: {value!r})")
-        time.sleep(every_s)
+    """`check()` until truthy (returned), else fail naming `what`: the one polling rule of the lab's tests."""
+    return remote_lab_support.poll(check, timeout_s, what, every_s)
 
 
-# ----------------------------------------------------------------------------------------------- (a) the store
 def _queued(engine: Any, chamber: str, n: int) -> list[str]:
     from protocols.remote_lab import store
 
