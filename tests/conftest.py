@@ -3,6 +3,7 @@ generators."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,12 @@ import pytest
 
 from bench_cli import shared_dir
 from protocols.claims import load_claims
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A suite started as a shell's background job inherits SIGINT ignored, and every command a test starts would
+    # inherit that too: the interrupt tests' Ctrl-C would then be lost. A handler (not an ignore) resets to the
+    # default in an exec'd child, so the commands under test see Ctrl-C as a user's terminal sends it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def shared_path(*parts: str) -> Path:
