@@ -56,7 +56,7 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: ModelClien
     cells_dir = run_dir / "cells"
     cells_dir.mkdir(exist_ok=True)
     if api_url:
-        progress.say(f"agent: chamber tools API at {api_url} (live view: {api_url}/)")
+        progress.say(f"agent: chamber tools API at {api_url} (its calls show on the job's live view)")
     progress.start("agent", len(runnable))
 
     def said(done: CellDone) -> None:

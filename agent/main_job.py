@@ -75,8 +75,9 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     from protocols.claims import PACKAGED_DIR
     from protocols.exit_codes import FAILED, RUN_STATUS, exit_code, outcomes_of
     from protocols.files import write_json_atomic
+    from protocols.api.live_job import start_job_live_view
     from protocols.bench_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
-                                   start_chamber_api, start_live_view)
+                                   start_chamber_api)
 
     ports, (claim_paths, selected) = job.port, split_claims_args(job.claims)
     model = None  # a wrong model spec, missing key, claim, limits or station file fails now, before any chamber
@@ -120,20 +121,30 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
             with opened, contextlib.ExitStack() as stack:
                 write_run_pool(folder.run_dir, pool, sources)  # what `score` and `report` grade the cells against
                 where += opened.provenance()
-                chambers, summary["live_view"], graded = start_live_view(stack, opened.chambers)
+                view = start_job_live_view(stack, opened.chambers, claims)  # one page, one URL for every stage
+                chambers, summary["live_view"], shown = view.chambers, view.url, view.progress(progress)
                 progress.say(f"live view: {summary['live_view']}")
+
+                def on_verdicts(checks: list[dict[str, Any]]) -> None:
+                    view.verdicts(checks, source="chamber only")
+                    for r in checks:
+                        folder.index.record_verdict(folder.run_id, r)
                 lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
-                                  progress=progress, graded=graded, on_verdicts=lambda checks: [
-                                      folder.index.record_verdict(folder.run_id, r) for r in checks])
+                                  progress=shown, graded=view.graded, on_verdicts=on_verdicts)
                 summary.update(lab.summary)
+                if station and (folder.run_dir / "station_checks.json").exists():
+                    view.verdicts(_read_json(folder.run_dir / "station_checks.json").get("results", []),
+                                  source="with the station")
                 if skipped_agent:
                     summary["agent_skipped"] = skipped_agent
                 if model is not None:
                     summary["agent"] = run_agent_job(
                         claims, model_spec=job.model, model=model, datasheets_dir=job.datasheets_dir,
                         run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index,
-                        api_url=start_chamber_api(stack, chambers, folder.run_dir, claims), progress=progress)
-                progress.say("leaving the chambers in their safe state")
+                        api_url=start_chamber_api(stack, chambers, folder.run_dir, claims), progress=shown)
+                view.feed.record_stage("finishing", note="leaving the chambers safe; this view closes, the "
+                                                         "report follows")
+                shown.say("leaving the chambers in their safe state")
         finally:
             summary["safe_state"] = outcomes_of(opened)
         summary["incomplete"] = shortfall(summary, agent_asked=not job.no_agent, agent_claims=claims)
@@ -160,6 +171,17 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         finally:
             folder.close()
     return summary
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object this job wrote (an unreadable or other file gives {}: the view then keeps what it had)."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def shortfall(summary: dict[str, Any], *, agent_asked: bool, agent_claims: list[Any]) -> dict[str, int]:

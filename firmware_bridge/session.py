@@ -135,6 +135,9 @@ class Mk1Session:
         self._sleep = sleep
         self.boot: BootInfo | None = None
         self.checker: RowChecker | None = None
+        # Each run of rows of an MSR as the link delivers it (data, host time, row count), before the MSR's checks:
+        # for a live view that cannot wait for the whole MSR. The rows still count only once the MSR returns.
+        self.row_observer: Callable[[bytes, float, int], None] | None = None
         self.motors = MotorPositions()
         self.in_flight: Exchange | None = None
 
@@ -261,6 +264,8 @@ class Mk1Session:
             for item in link.take(n - got):
                 runs.append(item)
                 got += item.count
+                if self.row_observer is not None:
+                    self.row_observer(item.data, item.stamp, item.count)
                 exchange.rows_left -= item.count
         exchange.stage = "done"
         done = self._text_reply()

@@ -75,6 +75,7 @@ def _serve_until(selection: Any, stop: Any, token: str | None, claims: Mapping[s
     import signal
 
     from protocols.api import create_app
+    from protocols.api.live import claim_bound
     from protocols.api.server import serve_in_thread
 
     with open_lab(selection, say) as opened:  # safe state, then close, on exit
@@ -83,6 +84,7 @@ def _serve_until(selection: Any, stop: Any, token: str | None, claims: Mapping[s
             app = create_app(opened.chambers, limits=limits, record_dir=record, token=token,
                              lease_timeout_s=lease_timeout, claims=claims, lease_max_hold_s=lease_max_hold,
                              max_sessions=max_sessions, session_idle_s=session_idle, allowed_hosts=allowed_hosts)
+            app.state.live.record_bounds({c.id: claim_bound(c) for c in claims.values()})  # the claim line's bound
             with serve_in_thread(app, host=host, port=listen_port, log_level="info" if verbose else "warning") as url:
                 on_ready({"url": url, "openapi": f"{url}/openapi.json", "live_view": f"{url}/",
                           "chambers": sorted(opened.chambers), "record_dir": str(record),

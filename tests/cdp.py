@@ -1,7 +1,9 @@
-"""A minimal Chrome DevTools Protocol client on the standard library, for the live view's browser test.
+"""A minimal Chrome DevTools Protocol client on the standard library, for the live view's browser tests, its
+latency benchmark and its README screenshot.
 
 Why our own: the venv has no websocket package, and the test needs only a few things: start headless Chromium,
-open a page, evaluate an expression, and collect console errors and uncaught exceptions. A WebSocket client for
+open a page, evaluate an expression, size the viewport, move the mouse, take a screenshot, and collect console
+errors and uncaught exceptions. A WebSocket client for
 that is a handshake and unmasked-in/masked-out frames (RFC 6455), which is what this is; nothing else is used.
 """
 
@@ -127,6 +129,21 @@ class Page:
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
+
+    def emulate(self, width: int, height: int, scale: float = 1.0) -> None:
+        """Size the viewport (CSS pixels) and the device pixel ratio (2: a high-DPI screen)."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=scale,
+                  mobile=False)
+
+    def screenshot(self, path: str) -> None:
+        """A PNG of the viewport, written to `path`."""
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+
+    def mouse_move(self, x: float, y: float) -> None:
+        """Move the mouse to (x, y) in CSS pixels (hover)."""
+        self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
 
     def errors(self) -> list[str]:
         """Uncaught exceptions, console.error calls and error log entries (failed loads among them) so far."""

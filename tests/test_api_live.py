@@ -103,9 +103,78 @@ def test_page_is_self_contained(wt, tmp_path, claims):
     with running_api({"wt": wt}, record_dir=tmp_path, claims=claims) as url, httpx.Client(base_url=url) as http:
         r = http.get("/")
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-        assert 'getContext("2d")' in r.text  # the plot is drawn on canvases by the inline script
+        assert 'src="live/static/uPlot.iife.min.js"' in r.text  # the vendored charting library, relative
         assert 'EventSource("live/stream")' in r.text
         assert "http://" not in r.text and "https://" not in r.text  # no CDN, nothing fetched from elsewhere
+        lib = http.get("/live/static/uPlot.iife.min.js")
+        assert lib.status_code == 200 and "javascript" in lib.headers["content-type"] and "uPlot" in lib.text[:200]
+        assert http.get("/live/static/uPlot.min.css").status_code == 200
+        assert "MIT" in http.get("/live/static/uPlot.LICENSE").text
+        assert http.get("/live/static/..%2Fapp.py").status_code == 404  # only the vendored files, nothing else
+
+
+def test_each_feed_has_its_own_start_id_and_the_snapshot_carries_it():
+    a, b = LiveFeed(), LiveFeed()
+    assert a.start_id != b.start_id and a.snapshot()["start_id"] == a.start_id
+    assert LiveFeed(start_id="fixed").snapshot()["start_id"] == "fixed"
+
+
+def test_claim_line_has_stage_bound_and_result_once_known():
+    feed = LiveFeed(wall_clock=lambda: 5.0)
+    feed.record_stage("checks", done=2, total=40, note="wt: stage fans off")
+    feed.record_claim({"id": "x-range", "bound": "300 … 1200 hPa"}, chamber=None, activity="graded")
+    snap = feed.snapshot()
+    assert snap["stage"] == {"name": "checks", "done": 2, "total": 40, "note": "wt: stage fans off", "at": 5.0}
+    assert snap["claim"]["bound"] == "300 … 1200 hPa" and "result" not in snap["claim"]
+    feed.record_verdicts([{"claim_id": "x-range", "verdict": "pass", "claim_unit": "hPa",
+                           "measured": {"value": "1013.2", "u": "0.4", "unit": "hPa"}}])
+    assert feed.snapshot()["claim"]["result"] == {"verdict": "pass", "value": "1013.2", "u": "0.4", "unit": "hPa"}
+
+
+def test_a_nested_view_shows_its_claims_on_the_outer_one_and_rows_once_each(wt):
+    outer, inner = LiveFeed(), LiveFeed()
+    api_side = LiveChamber(LiveChamber(wt, "wt", outer), "wt", inner)  # the agent's API inside the main job
+    api_side.measure(3)
+    assert outer.snapshot()["seq"] == 3 and inner.snapshot()["seq"] == 3
+    inner.record_claim({"id": CLAIM}, chamber="wt", activity="measure")
+    assert outer.snapshot()["claim"]["id"] == CLAIM and outer.snapshot()["claim"]["activity"] == "measure"
+
+
+def test_rows_of_a_real_pace_board_are_published_one_by_one_as_the_link_delivers_them():
+    from simulator.board import running_board
+
+    with running_board("wt", pace="real", seed=3) as handle:
+        board = chamber.open_chamber(handle.url, backend="serial")
+        try:
+            feed = LiveFeed()
+            proxy = LiveChamber(board, "wt", feed)
+            seen: list[tuple[int, float]] = []  # (seq, when it reached the feed)
+            done = threading.Event()
+
+            def watch() -> None:
+                since, last = 0, False
+                while not last:
+                    last = done.is_set()  # one more read after the MSR returned
+                    snap = feed.snapshot(since)
+                    seen.extend((r["seq"], time.time()) for r in snap["rows"])
+                    since = snap["seq"]
+                    time.sleep(0.005)
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            started = time.time()
+            frame = proxy.measure(8)
+            ended = time.time()
+            done.set()
+            watcher.join(5)
+        finally:
+            board.close()
+    assert [s for s, _ in seen] == list(range(1, 9)) and len(frame) == 8  # each row once, in order
+    assert seen[0][1] < ended - 0.5  # the first row was shown long before the MSR returned (~1.2 s at real pace)
+    rows = feed.snapshot()["rows"]
+    assert [r["t"] for r in rows] == sorted(r["t"] for r in rows) and rows[0]["t"] >= started - 1
+    # The pace of the whole MSR, as before (~0.145 s a row; wide: a loaded host reads the last row late).
+    assert 0.08 < feed.row_seconds("wt") < 0.5
 
 
 def test_stream_sends_the_snapshot_then_only_new_rows(wt, tmp_path, claims):
