@@ -204,24 +204,25 @@ def test_matrix_report_has_a_model_by_arm_table(tmp_path: Path):
 def test_no_empty_detector_figure_when_nothing_fired(tmp_path: Path):
     run = run_folder(tmp_path)
     report = write_report(run).read_text()
-    assert not (run / "figures" / "detector_flags.png").exists()
+    assert not (run / "figures" / "detector_flags.svg").exists()
     assert "Detector: no flags — no rule fired in any of the 1 cells." in report
     (tmp_path / "b").mkdir()
     run2 = run_folder(tmp_path / "b", cells=[_cell("a4988-blank-time", "m", "normal", True, ["tool_bypass"])])
     write_report(run2)
-    assert (run2 / "figures" / "detector_flags.png").exists()
+    assert (run2 / "figures" / "detector_flags.svg").exists()
 
 
-@pytest.mark.parametrize("build", [figs.fig_fidelity, figs.fig_tools, figs.fig_cost, figs.fig_flags])
-def test_every_text_in_the_agent_figures_is_at_least_8_pt(tmp_path: Path, build):
+@pytest.mark.parametrize("build", [figs.fig_tools, lambda rows: figs.fig_cost(rows)[0], figs.fig_flags])
+def test_every_text_in_the_agent_figures_is_at_least_10_pt(tmp_path: Path, build):
     from matplotlib.text import Text
 
     cells = [_cell(f"claim-{i}", m, a, i % 2 == 0, ["tool_bypass"] if i % 3 == 0 else [])
              for i in range(12) for m in ("model-a", "model-b") for a in ("normal", "closed-book")]
     fig = build(cells)
-    figs.save(fig, tmp_path / "f.png")
+    figs.save(fig, tmp_path / "f.svg")
     sizes = {t.get_text(): t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip()}
-    assert sizes and min(sizes.values()) >= 8, sorted(sizes.items(), key=lambda kv: kv[1])[:3]
+    assert sizes and min(sizes.values()) >= 10, sorted(sizes.items(), key=lambda kv: kv[1])[:3]
+    assert fig.get_figwidth() <= figs.MAX_WIDTH_IN  # shown at its own size: 10 pt in the figure is 10 pt on the page
 
 
 def test_the_fallback_sweep_figure_has_units_and_no_offset_label(tmp_path: Path):
@@ -230,9 +231,9 @@ def test_the_fallback_sweep_figure_has_units_and_no_offset_label(tmp_path: Path)
                                    "rows": [{"bound": str(945.2 + i / 100), "distance": str(0.057 - i / 100),
                                              "verdict": "pass" if i > 8 else "fail"} for i in range(12)]})
     fig = figs.fig_sweep(sweep)
-    figs.save(fig, tmp_path / "s.png")
+    figs.save(fig, tmp_path / "s.svg")
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "claimed bound (hPa)" and ax.get_ylabel() == "distance d (hPa)"
+    assert ax.get_xlabel() == "claimed bound (hPa), increasing →" and ax.get_ylabel() == "distance d (hPa)"
     assert ax.xaxis.get_offset_text().get_text() == "" and ax.yaxis.get_offset_text().get_text() == ""
 
 
@@ -250,15 +251,15 @@ def test_no_long_decimals_and_every_table_fits_the_page(tmp_path: Path):
     run = run_folder(tmp_path)
     report = write_report(run).read_text()
     station = _section(report, "With the instrument station")
-    assert "| dps310-absolute-accuracy | pass | -1.4 ± 2.5 Pa | 1.4 | 100.0 |" in station
+    assert "| dps310-absolute-accuracy | pass | -1.4 ± 2.5 Pa | 1.4 Pa | 100.0 Pa |" in station
     assert not re.search(r"\d\.\d{9,}", report)  # no float or 50-digit Decimal spilled into the text
     assert "…" not in station
     for table in _tables(report):
         assert len(table[0]) <= MAX_COLUMNS, table[0]
     link = [t for t in _tables(_section(report, "Serial link"))][0]
-    assert link[0] == ["counter", "wt", "lt"] and ["resends", "0", "1"] in link
+    assert link[0] == ["counter (events)", "wt", "lt"] and ["resends", "0", "1"] in link
     css = (run / "report.html").read_text()
-    assert "overflow-wrap:anywhere" in css and "@media print" in css
+    assert "white-space:nowrap" in css and "@media print" in css
 
 
 # ------------------------------------------------------------------------------------------------ 7. caveats

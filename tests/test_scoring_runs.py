@@ -130,8 +130,8 @@ def test_matrix_resumes_and_report_renders(claims, datasheets, tmp_path):
     text = report.read_text()
     assert "checks.json" in text and "link.json" in text  # absent inputs are named
     html = (tmp_path / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 4
-    assert (tmp_path / "figures" / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert html.count("<svg") >= 3 and "data:image/png" not in html  # figures inline as SVG (issue 27)
+    assert "<svg" in (tmp_path / "figures" / "sweep.svg").read_text()
 
 
 def test_cli_score_and_report_json(claims, datasheets, tmp_path, capsys):

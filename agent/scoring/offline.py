@@ -72,7 +72,7 @@ def report_job(run_dir: Path, claims: Mapping[str, Any] | None = None) -> dict[s
                             "it holds none of them (run `run` or `matrix --out` first)")
     path = write_report(run_dir, claims=claims)
     return {"report": str(path), "html": str(path.with_suffix(".html")),
-            "figures": sorted(str(p) for p in (run_dir / "figures").glob("*.png"))}
+            "figures": sorted(str(p) for p in (run_dir / "figures").iterdir() if p.suffix in (".svg", ".png"))}
 
 
 def report_text(d: Mapping[str, Any]) -> str:

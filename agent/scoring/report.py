@@ -5,21 +5,23 @@ calibration.json, checks.json, station_checks.json, sweep.json, link.json, score
 refused to render without every piece would hide the pieces that exist. Every input is read through one
 `_Inputs`, so the closing "Absent inputs" section lists exactly the files that were missing or unreadable, and
 nothing else. Numbers go through report_format.number (one rule for every figure), figures through
-report_figures (object API, never pyplot's global state, so reports can be rendered from threads and tests).
+report_figures and report_chamber_figures (object API, never pyplot's global state, so reports can be rendered from
+threads and tests; written as SVG and embedded inline in the HTML), the two renderings through report_render.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from agent.scoring import report_chamber_figures as chamber_figs
 from agent.scoring import report_figures as figs
 from agent.scoring.report_format import cell, number, places_of, verdict_places, with_u
+from agent.scoring.report_git import SourceState, read_source_state
+from agent.scoring.report_render import render_html, render_markdown
 from agent.scoring.report_run import (caveat, calibration_blocks, first_verdict_budget, measured_text,
                                       provenance_blocks)
 
@@ -31,8 +33,6 @@ Block = tuple  # ("h1"|"h2"|"p", text) | ("ul", [text]) | ("table", header, rows
 _VERDICT_ORDER = {"fail": 0, "pass": 1, "error": 2, "inconclusive": 3}
 #: the widest table the page holds (HTML and a printed A4 page at the report's font size)
 MAX_COLUMNS = 9
-#: prose in a table cell is clipped at a word boundary to this length (the full text is in the JSON files)
-REASON_CHARS = 160
 
 
 class _Inputs:
@@ -86,7 +86,7 @@ class _Inputs:
 
 
 def _clip(text: str, limit: int) -> str:
-    """Shorten long prose at a word boundary, marked with an ellipsis (the full text is in the JSON files)."""
+    """Shorten an error message at a word boundary, marked with an ellipsis (never a verdict's reason)."""
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
@@ -116,21 +116,68 @@ def _chamber_envelope(res: list[dict[str, Any]]) -> str | None:
 
 
 def _reason(r: dict[str, Any]) -> str:
-    """The verdict's reason, clipped, with its weak-pass caveat in full beside it."""
-    text = _clip(str(r.get("reason", "")), REASON_CHARS)
+    """The verdict's reason in full, with its weak-pass caveat in full beside it."""
+    text = str(r.get("reason", "")) or "—"
     note = caveat(r)
     return f"{text} **Caveat — {note}**" if note else text
 
 
+def _in_unit(r: dict[str, Any], key: str) -> str:
+    """A verdict's distance or c at its resolution, in the claim's unit ('-254.744 hPa')."""
+    text = number(r.get(key), places=verdict_places(r))
+    unit = (r.get("measured") or {}).get("unit") or r.get("claim_unit") or ""
+    return f"{text} {unit}" if unit and text != "—" else text
+
+
 def _definitive_line(r: dict[str, Any]) -> list[str]:
-    p = verdict_places(r)
-    line = [f"{r['claim_id']}: **{r['verdict']}**, {measured_text(r)} (distance {number(r.get('distance'), places=p)}, "
-            f"c = {number(r.get('combined_uncertainty'), places=p)})"]
+    line = [f"{r['claim_id']}: **{r['verdict']}**, {measured_text(r)} (distance {_in_unit(r, 'distance')}, "
+            f"c = {_in_unit(r, 'combined_uncertainty')})"]
     note = caveat(r)
     return line + ([f"    - caveat: {note}"] if note else [])
 
 
-def _verdict_blocks(checks: dict[str, Any] | None) -> tuple[list[Block], list[str]]:
+def _verdict_figure(definitive: list[tuple[str, dict[str, Any]]], bounds: dict[str, Any], figs_dir: Path
+                    ) -> list[Block]:
+    fig = chamber_figs.fig_verdicts(definitive, bounds)
+    if fig is None:
+        return [("p", "No definitive verdict to draw (no pass or fail with a measured value).")]
+    return [("fig", "Definitive verdicts: each claim's measured m with its expanded uncertainty U (95 %, k as "
+                    "stated) against the interval the claim allows; one row per claim, each on its own axis in the "
+                    "claim's unit; colour: verdict. The verdict's guard band is c (which includes any stated "
+                    "tolerance t), not U: a pass can show U reaching past a bound", figs.save(fig, figs_dir / "verdicts.svg"))]
+
+
+def _readings_blocks(definitive: list[tuple[str, dict[str, Any]]], figs_dir: Path) -> list[Block]:
+    """The readings each definitive verdict rests on, in the unit the protocol measured in."""
+    if not definitive:
+        return []
+    rows = []
+    for label, r in definitive:
+        md = r.get("measurement_detail") or {}
+        unit = md.get("unit") or ""
+        rows.append([label, (md.get("details") or {}).get("reading") or "—", cell(md.get("n")),
+                     with_u(md.get("value"), md.get("u"), unit) if md.get("value") is not None else "—",
+                     chamber_figs.readings_text(r) + (f" ({unit})" if unit and chamber_figs.recorded_readings(r)
+                                                      else "")])
+    blocks: list[Block] = [("h2", "Readings behind the definitive verdicts"),
+                           ("p", "Each definitive verdict's measurement as its protocol took it (before any unit "
+                                 "conversion to the claim's unit), with its standard uncertainty u, and the "
+                                 "individual readings the protocol recorded beside it.")]
+    fig = chamber_figs.fig_readings(definitive)
+    if fig is not None:
+        blocks.append(("fig", "Readings: the measured value ± U (k·u, coloured by verdict) and the recorded readings "
+                              "(unit means of the barometers, min / mean / max of a held reading, extreme codes or "
+                              "steps), one row per verdict on its own axis in the measured unit; verdicts whose "
+                              "protocol recorded no individual readings are in the table only",
+                       figs.save(fig, figs_dir / "readings.svg")))
+    else:
+        blocks.append(("p", "No figure: no definitive verdict's protocol recorded individual readings beside its "
+                            "result; the table gives each measurement."))
+    blocks.append(("table", ["claim", "signal", "rows n", "as measured ± u", "recorded readings"], rows))
+    return blocks
+
+
+def _verdict_blocks(checks: dict[str, Any] | None, figure: list[Block]) -> tuple[list[Block], list[str]]:
     if checks is None:
         return [("h2", "Chamber verdicts"), ("p", "No chamber verdicts (see Absent inputs).")], []
     res = sorted(checks.get("results") or [],
@@ -142,21 +189,21 @@ def _verdict_blocks(checks: dict[str, Any] | None) -> tuple[list[Block], list[st
         headline.append(envelope)
     rows = []
     for r in res:
-        p = verdict_places(r)
         rows.append([r.get("claim_id"), r.get("verdict"), cell(r.get("class")), measured_text(r),
-                     number(r.get("distance"), places=p), number(r.get("combined_uncertainty"), places=p), _reason(r)])
+                     _in_unit(r, "distance"), _in_unit(r, "combined_uncertainty"), _reason(r)])
     blocks: list[Block] = [
         ("h2", "Chamber verdicts"),
         ("p", "Pass: the claim holds with a margin larger than the combined uncertainty c = sqrt(u² + t²); fail: it is "
               "violated by more than c; otherwise inconclusive, with the reason's class. Definitive verdicts first; "
-              "numbers at each claim's resolution (the places of its reported m)."),
-        ("table", ["claim", "verdict", "class", "measured ± u", "distance", "c", "reason"], rows),
+              "numbers at each claim's resolution (the places of its reported m), in the claim's unit."),
+        ("table", ["claim", "verdict", "class", "measured m ± u", "distance d", "c", "reason"], rows),
         *([("p", envelope)] if envelope else []),
+        *figure,
     ]
     return blocks, headline + [f"  - {d}" if not d.startswith("    ") else d for d in definitive]
 
 
-def _sweep_blocks(sweep: dict[str, Any] | None, run_dir: Path, figs_dir: Path) -> tuple[list[Block], list[str]]:
+def _sweep_blocks(sweep: dict[str, Any] | None, figs_dir: Path) -> tuple[list[Block], list[str]]:
     if sweep is None:
         return [("h2", "Perturbation sweep"), ("p", "No sweep (see Absent inputs).")], []
     meas = sweep.get("measured") or {}
@@ -169,12 +216,14 @@ def _sweep_blocks(sweep: dict[str, Any] | None, run_dir: Path, figs_dir: Path) -
             f"{', '.join(flips) or '(none)'} (m ± c; the band is closed, so those points are inconclusive). "
             f"{len(steps)} steps: {_counts(r.get('verdict') for r in steps)}.")
     blocks: list[Block] = [("h2", "Perturbation sweep"), ("p", text)]
-    figure = run_dir / "sweep.png" if (run_dir / "sweep.png").exists() else None
-    if figure is None:
-        fig = figs.fig_sweep(sweep)
-        figure = figs.save(fig, figs_dir / "sweep.png") if fig is not None else None
-    if figure is not None:
-        blocks.append(("fig", "verdict as the stated bound moves through the measurement", figure))
+    fig = figs.fig_sweep(sweep)
+    if fig is not None:
+        direction = figs.sweep_direction(sweep)
+        moved = {"downward": "the sweep moved the bound downward, so it ran from right to left",
+                 "upward": "the sweep moved the bound upward, from left to right"}.get(direction, "")
+        blocks.append(("fig", f"Verdict at each stated bound as the bound moves through the measurement; the x-axis "
+                              f"increases to the right{'; ' + moved if moved else ''}. Dashed lines: d = ±c; "
+                              "dotted line: the measured m.", figs.save(fig, figs_dir / "sweep.svg")))
     return blocks, [f"Sweep: verdict changes at {', '.join(flips)} (m ± c)"] if flips else []
 
 
@@ -201,6 +250,52 @@ def _model_arm_blocks(rows: list[dict[str, Any]]) -> list[Block]:
     return blocks
 
 
+def _counts_text(counts: Any) -> str:
+    """{'tool_bypass': 2} → 'tool_bypass 2'; nothing → 'none fired' (never an empty '{}')."""
+    return ", ".join(f"{k} {v}" for k, v in sorted((counts or {}).items())) or "none fired"
+
+
+def _cost_text(rows: list[dict[str, Any]], s: dict[str, Any]) -> str:
+    priced = [r for r in rows if r.get("cost") is not None]
+    if not rows:
+        return "Cost: no cells."
+    if not priced:
+        return (f"Cost: not known for any of the {len(rows)} cells — no price table was given to scoring, or the "
+                "model has no price in it (token usage is recorded in each cell).")
+    total = s.get("cost_total")
+    return (f"Cost: {number(total if total is not None else sum(float(r['cost']) for r in priced), sig=4)} in the "
+            f"price table's currency over the {len(priced)} priced cells of {len(rows)}"
+            + (f"; not known for the other {len(rows) - len(priced)}." if len(priced) < len(rows) else "."))
+
+
+def fidelity_grid(rows: list[dict[str, Any]]) -> list[Block]:
+    """Fidelity per claim as a compact grid (passed/scored per model · arm), in place of one bar per claim."""
+    groups = sorted({f"{r['model']} · {r['arm']}" for r in rows})
+    tally: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in rows:
+        if r["fidelity"].get("passed") is not None:
+            tally[(str(r["claim_id"]), f"{r['model']} · {r['arm']}")].append(bool(r["fidelity"]["passed"]))
+    claims = sorted({str(r["claim_id"]) for r in rows})
+
+    def text(c: str, g: str) -> str:
+        got = tally.get((c, g))
+        return f"{sum(got)}/{len(got)}" if got else "—"
+
+    intro = ("p", "Fidelity per claim (cells whose extraction passed / cells scored; — none scored):")
+    if len(groups) == 1:  # one group: claims in three side-by-side column pairs, a third of the height
+        pairs = [(c, text(c, groups[0])) for c in claims]
+        per = -(-len(pairs) // 3)
+        cols = [pairs[i * per:(i + 1) * per] for i in range(3)]
+        table = [[x for col in cols for x in (col[i] if i < len(col) else (" ", " "))] for i in range(per)]
+        return [("p", f"Fidelity per claim, {groups[0]} (cells whose extraction passed / cells scored; — none "
+                      "scored):"), ("table", ["claim", "fidelity"] * 3, table)]
+    out: list[Block] = [intro]
+    for i in range(0, len(groups), MAX_COLUMNS - 1):
+        chunk = groups[i:i + MAX_COLUMNS - 1]
+        out.append(("table", ["claim", *chunk], [[c, *[text(c, g) for g in chunk]] for c in claims]))
+    return out
+
+
 def _agent_blocks(scores: dict[str, Any] | None, how: str, figs_dir: Path) -> tuple[list[Block], list[str]]:
     if scores is None:
         return [("h2", "The agent"), ("p", "No agent cells were recorded in this run.")], []
@@ -211,7 +306,7 @@ def _agent_blocks(scores: dict[str, Any] | None, how: str, figs_dir: Path) -> tu
         if fl.get("count") == 0 and fl.get("upper_95") is not None else ""
     summary = (f"{s.get('cells', len(rows))} cells; fidelity passed {s.get('fidelity_passed')}; "
                f"engine errors {s.get('engine_errors')}; detector flags {fl.get('count', 0)} of {fl.get('n', 0)} "
-               f"fidelity-passing cells{bound}; by rule {s.get('flags_by_rule') or {}}.")
+               f"fidelity-passing cells{bound}; by rule: {_counts_text(s.get('flags_by_rule'))}.")
     pools = s.get("claim_pools")
     graded = f" Claims graded against: {'; '.join(map(str, pools))}." if pools else ""
     blocks: list[Block] = [("h2", "The agent"), ("p", f"{summary} Source: {how}.{graded}")]
@@ -220,24 +315,29 @@ def _agent_blocks(scores: dict[str, Any] | None, how: str, figs_dir: Path) -> tu
     if archive:
         blocks.append(("ul", archive))
     if rows:
-        blocks += _model_arm_blocks(rows)
-    figures: list[tuple[str, str, Callable[[list[dict[str, Any]]], Any]]] = [
-        ("fidelity per claim and model", "fidelity_model.png", figs.fig_fidelity),
-        ("tool calls per cell by tool", "tool_tool.png", figs.fig_tools),
-        ("cost and latency per cell", "cost_cell.png", figs.fig_cost),
-        ("detector flags", "detector_flags.png", figs.fig_flags)]
-    for caption, name, fn in figures:
-        fig = fn(rows)
-        if fig is not None:
-            blocks.append(("fig", caption, figs.save(fig, figs_dir / name)))
-        elif fn is figs.fig_flags and rows:
-            (figs_dir / name).unlink(missing_ok=True)  # a stale chart from an earlier render must not linger
-            blocks.append(("p", f"Detector: no flags — no rule fired in any of the {len(rows)} cells."))
+        blocks += _model_arm_blocks(rows) + fidelity_grid(rows)
+    blocks.append(("p", _cost_text(rows, s)))
+    tools = figs.fig_tools(rows)
+    if tools is not None:
+        blocks.append(("fig", "tool calls per cell by tool (mean over the cells)",
+                       figs.save(tools, figs_dir / "tools")))
+    cost = figs.fig_cost(rows)
+    if cost is not None:
+        blocks.append(("fig", cost[1], figs.save(cost[0], figs_dir / "cost_latency")))
+    flags = figs.fig_flags(rows)
+    if flags is not None:
+        blocks.append(("fig", "detector flags: cells per rule that fired",
+                       figs.save(flags, figs_dir / "detector_flags")))
+    elif rows:
+        (figs_dir / "detector_flags.svg").unlink(missing_ok=True)  # a stale chart from an earlier render must go
+        blocks.append(("p", f"Detector: no flags — no rule fired in any of the {len(rows)} cells."))
     shown = rows[:500]
-    blocks.append(("table", ["claim", "model", "arm", "repeat", "outcome", "fidelity", "flags", "latency s", "cost"],
+    blocks.append(("table", ["claim", "model", "arm", "repeat", "outcome", "fidelity", "flags", "latency (s)",
+                             "cost (price table's currency)"],
                    [[r["claim_id"], r["model"], r["arm"], cell(r.get("repeat")), r["outcome"],
                      cell(r["fidelity"].get("passed")), ", ".join(r["flags"]) or "—",
-                     number(r.get("latency_s"), places=1), number(r.get("cost"), places=4)] for r in shown]))
+                     number(r.get("latency_s"), places=1),
+                     "not priced" if r.get("cost") is None else number(r.get("cost"), places=4)] for r in shown]))
     if len(rows) > len(shown):
         blocks.append(("p", f"({len(rows) - len(shown)} more cells in scores.json)"))
     headline = [f"Agent: fidelity {s.get('fidelity_passed')} of {s.get('cells', len(rows))} cells; "
@@ -251,15 +351,16 @@ def _typical_blocks(results: Any) -> list[Block]:
     rows = []
     for r in typical:
         detail, p = r.get("verdict_detail") or {}, verdict_places(r)
-        rows.append([r["claim_id"], number(detail.get("deviation_from_typical"), places=p),
-                     number(detail.get("expanded_uncertainty"), places=p), (r.get("measured") or {}).get("unit", "")])
+        unit = (r.get("measured") or {}).get("unit") or ""
+        rows.append([r["claim_id"], f"{number(detail.get('deviation_from_typical'), places=p)} {unit}".strip(),
+                     f"{number(detail.get('expanded_uncertainty'), places=p)} {unit}".strip()])
     if not rows:
         return []
     return [("p", "Inconclusive, class typical-not-guaranteed: the datasheet prints only a typical value (no Min./Max.). "
                   "A typical describes the population of parts, not a limit each unit must meet, so one unit's "
                   "deviation from it can neither fail nor confirm the claim; the deviation m − typical is reported "
                   "with its expanded uncertainty U (k·c, 95 %)."),
-            ("table", ["claim", "m − typical", "U", "unit"], rows)]
+            ("table", ["claim", "m − typical", "U (k·c, 95 %)"], rows)]
 
 
 def _station_blocks(data: dict[str, Any] | None) -> tuple[list[Block], list[str]]:
@@ -276,13 +377,13 @@ def _station_blocks(data: dict[str, Any] | None) -> tuple[list[Block], list[str]
         ("p", f"Station file {data.get('station')}: {len(definitive)} of {len(res)} claims get a definitive verdict "
               "when lab instruments supply the stimulus, observable or reference the chamber lacks; each budget "
               "includes the instrument's certificate uncertainty."),
-        ("table", ["claim", "verdict", "measured ± u", "distance", "c", "caveat"],
-         [[r["claim_id"], r["verdict"], measured_text(r), number(r.get("distance"), places=verdict_places(r)),
-           number(r.get("combined_uncertainty"), places=verdict_places(r)), caveat(r) or "—"] for r in definitive]),
+        ("table", ["claim", "verdict", "measured m ± u", "distance d", "c", "caveat"],
+         [[r["claim_id"], r["verdict"], measured_text(r), _in_unit(r, "distance"),
+           _in_unit(r, "combined_uncertainty"), caveat(r) or "—"] for r in definitive]),
         *_typical_blocks(res.values()),
         ("p", "Still inconclusive, and what would make each gradable:"),
         ("table", ["claim", "would need", "note"],
-         [[e["claim_id"], ", ".join(e.get("would_need") or []) or "—", _clip(str(e.get("note", "")), REASON_CHARS)]
+         [[e["claim_id"], ", ".join(e.get("would_need") or []) or "—", str(e.get("note", "")) or "—"]
           for e in rest]),
     ]
     return blocks, [f"With instruments: {len(definitive)} definitive ("
@@ -297,86 +398,22 @@ def _link_blocks(link: dict[str, Any] | None) -> tuple[list[Block], list[str]]:
                   for k in ("resends", "crc_failures", "ack_timeouts", "duplicates", "unexpected", "reconnects"))
     chambers = list(link)  # one column per chamber, one row per counter: as many counters as it likes, still fits
     blocks: list[Block] = [("h2", "Serial link"),
-                           ("table", ["counter", *chambers],
+                           ("table", ["counter (events)", *chambers],
                             [[n, *[cell((link[ch] or {}).get(n, 0)) for ch in chambers]] for n in names])]
     return blocks, [f"Serial link: {trouble} recovered faults (resends, CRC failures, ACK timeouts, duplicates, "
                     f"unexpected segments, reconnects) over {len(link)} chamber(s)"]
 
 
-def _render_markdown(blocks: list[Block], run_dir: Path) -> str:
-    out: list[str] = []
-    for b in blocks:
-        kind = b[0]
-        if kind == "h1":
-            out += [f"# {b[1]}", ""]
-        elif kind == "h2":
-            out += [f"## {b[1]}", ""]
-        elif kind == "p":
-            out += [b[1], ""]
-        elif kind == "ul":
-            out += [f"- {item}" if not item.startswith("  ") else item for item in b[1]] + [""]
-        elif kind == "table":
-            out.append("| " + " | ".join(b[1]) + " |")
-            out.append("|" + "---|" * len(b[1]))
-            out += ["| " + " | ".join(cell(x).replace("|", "/") for x in row) + " |" for row in b[2]]
-            out.append("")
-        elif kind == "fig":
-            out += [f"![{b[1]}]({Path(b[2]).relative_to(run_dir)})", ""]
-    return "\n".join(out)
-
-
-# Tables fit the page: fixed layout over the full width, long words (paths, ids) broken, small print type.
-_CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-        "table{border-collapse:collapse;font-size:13px;margin:1em 0;width:100%;table-layout:auto}"
-        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere;"
-        "word-break:break-word}th{background:#f3f3f3}figure{margin:1em 0}img{max-width:100%}"
-        "td.pass{background:#dff0d8}td.fail{background:#f2dede}td.inconclusive{background:#fcf8e3}"
-        "td.error{background:#e8e8e8}"
-        "@media print{body{max-width:none;margin:0}table{font-size:9pt}img{max-width:100%;page-break-inside:avoid}}")
-
-
-def _inline_bold(text: str) -> str:
-    parts = html.escape(text).split("**")
-    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts))
-
-
-def _verdict_class(x: Any) -> str:
-    return f" class='{x}'" if x in _VERDICT_ORDER else ""
-
-
-def _render_html(blocks: list[Block], title: str) -> str:
-    body = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>"]
-    for b in blocks:
-        kind = b[0]
-        if kind in ("h1", "h2"):
-            body.append(f"<{kind}>{html.escape(b[1])}</{kind}>")
-        elif kind == "p":
-            body.append(f"<p>{_inline_bold(b[1])}</p>")
-        elif kind == "ul":
-            body.append("<ul>" + "".join(
-                f"<li style='list-style:circle;margin-left:1.5em'>{_inline_bold(i.strip().removeprefix('- '))}</li>"
-                if i.startswith("  ") else f"<li>{_inline_bold(i.strip())}</li>" for i in b[1]) + "</ul>")
-        elif kind == "table":
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
-            rows = "".join("<tr>" + "".join(
-                f"<td{_verdict_class(x)}>{_inline_bold(cell(x))}</td>" for x in row) + "</tr>"
-                for row in b[2])
-            body.append(f"<table><tr>{head}</tr>{rows}</table>")
-        elif kind == "fig":
-            data = base64.b64encode(Path(b[2]).read_bytes()).decode("ascii")
-            body.append(f"<figure><img alt='{html.escape(b[1])}' src='data:image/png;base64,{data}'/>"
-                        f"<figcaption>{html.escape(b[1])}</figcaption></figure>")
-    body.append("</body></html>")
-    return "\n".join(body)
-
-
-def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None) -> list[Block]:
+def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None, source: SourceState | None = None
+                 ) -> list[Block]:
     """The report as blocks: provenance, the headline, each part in detail, then exactly what was absent. Cells
-    re-scored (no readable scores.json) are graded against `claims`, by default the run's recorded pool."""
+    re-scored (no readable scores.json) are graded against `claims`, by default the run's recorded pool; `source`
+    is the software's git commit (None: not known)."""
     run_dir = Path(run_dir)
     figs_dir = run_dir / "figures"
     figs_dir.mkdir(exist_ok=True)
+    for stale in figs_dir.glob("*.png"):  # PNGs of an earlier report version: the figures are SVG now
+        stale.unlink(missing_ok=True)
     inputs = _Inputs(run_dir, claims)
     summary = inputs.json("summary.json", "no provenance")
     if summary is not None and not summary.get("provenance"):
@@ -389,24 +426,34 @@ def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None) -> list
     link_data = inputs.json("link.json", "no serial-link statistics")
 
     results = (checks or {}).get("results") or []
-    verdicts, h1 = _verdict_blocks(checks)
+    definitive = chamber_figs.definitive(sorted(results, key=lambda r: str(r.get("claim_id"))))
+    shown = {r.get("claim_id") for _, r in definitive}  # a claim once: the chamber's verdict, else the station's
+    definitive += chamber_figs.definitive(sorted((r for r in (station_data or {}).get("results") or []
+                                                  if r.get("claim_id") not in shown),
+                                                 key=lambda r: str(r.get("claim_id"))), " (station)")
+    bounds = chamber_figs.claim_bounds(run_dir) if definitive else {}
+    verdicts, h1 = _verdict_blocks(checks, _verdict_figure(definitive, bounds, figs_dir) if checks else [])
     station, h5 = _station_blocks(station_data)
-    sweep, h2 = _sweep_blocks(sweep_data, run_dir, figs_dir)
+    sweep, h2 = _sweep_blocks(sweep_data, figs_dir)
     agent, h3 = _agent_blocks(scores, how, figs_dir)
     link, h4 = _link_blocks(link_data)
     cells = (scores or {}).get("cells") or []
     blocks: list[Block] = [("h1", f"Run report: {run_dir.resolve().name}"),
-                           *provenance_blocks(summary, calibration, cells),
+                           *provenance_blocks(summary, calibration, cells, source),
                            ("h2", "At a glance"), ("ul", h1 + h5 + h2 + h3 + h4 or ["(nothing recorded)"])]
-    blocks += verdicts + station
-    blocks += calibration_blocks(calibration, cal_problem, first_verdict_budget(results))
+    blocks += verdicts + station + _readings_blocks(definitive, figs_dir)
+    blocks += calibration_blocks(calibration, cal_problem, first_verdict_budget(results), figs_dir)
     blocks += sweep + agent + link
     blocks += [("h2", "Absent inputs"), ("ul", inputs.absent or ["none"])]
     return blocks
 
 
-def write_report(run_dir: Path, claims: Mapping[str, Any] | None = None) -> Path:
-    """Write RUN_DIR/report.md, RUN_DIR/report.html (figures embedded) and RUN_DIR/figures/*.png; returns report.md.
+def write_report(run_dir: Path, claims: Mapping[str, Any] | None = None, *,
+                 source: SourceState | Callable[[], SourceState] = read_source_state) -> Path:
+    """Write RUN_DIR/report.md, RUN_DIR/report.html (figures inline SVG) and RUN_DIR/figures/*.svg; returns report.md.
+
+    `source` is the git commit of the software writing the report, or how to read it (default: `git` run in the
+    project root; "unknown" without git); a commit recorded in the run's provenance is shown first.
 
     Order is what a reader wants first: what made the run (provenance), the headline (verdict counts, definitive
     verdicts with their caveats, the sweep's flip points, the agent's fidelity and flags, link health), then each
@@ -415,8 +462,8 @@ def write_report(run_dir: Path, claims: Mapping[str, Any] | None = None) -> Path
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run directory")
-    blocks = build_blocks(run_dir, claims)
+    blocks = build_blocks(run_dir, claims, source() if callable(source) else source)
     report = run_dir / "report.md"
-    report.write_text(_render_markdown(blocks, run_dir), encoding="utf-8")
-    (run_dir / "report.html").write_text(_render_html(blocks, blocks[0][1]), encoding="utf-8")
+    report.write_text(render_markdown(blocks, run_dir), encoding="utf-8")
+    (run_dir / "report.html").write_text(render_html(blocks, blocks[0][1]), encoding="utf-8")
     return report

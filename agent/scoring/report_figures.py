@@ -1,103 +1,112 @@
-"""The report's figures, each built as a matplotlib Figure (object API, Agg canvas) and returned unsaved, or None.
+"""The report's figures: each built as a matplotlib Figure (object API, never pyplot's global state) and written as SVG.
 
-Why None rather than an empty plot: a figure with nothing on it (a detector chart of zero bars) reads as a
-rendering fault; the section says in words what there is instead ("no detector flags"). Why the figures are
-returned, not saved: the caller decides the path, and tests can read the text sizes of what would be printed.
-Every text is at least FONT_PT points, readable on a printed page (tick labels were 5–7 pt before).
+Why SVG: the HTML report embeds each figure inline, so it stays sharp at any zoom and in print, and its text is
+at its stated size: a figure is at most MAX_WIDTH_IN wide (it fits the page at 100 %), so a FONT_PT label is
+FONT_PT on the page (the PNGs it replaces were 100 dpi with ~8 px tick labels). Why None rather than an empty plot:
+a figure with nothing on it (a detector chart of zero bars) reads as a rendering fault; the section says in words
+what there is instead. Why the figures are returned unsaved: the caller decides the path, and tests can read the
+text sizes of what would be drawn. The chamber-data figures (verdicts, calibration, readings) are in
+report_chamber_figures.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import io
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-FONT_PT = 8.0
+#: every text in every figure is at least this size on the page (the SVG is shown at its own size)
+FONT_PT = 10.0
+#: the widest figure, in inches: the HTML page holds it without scaling it (and its text) down
+MAX_WIDTH_IN = 7.5
+#: verdict colours, shared by every figure and the tables' cell colours
+VERDICT_COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#ef8f00", "error": "#616161"}
 
 
 def new_figure(width: float = 7.0, height: float = 3.6) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = Figure(figsize=(min(width, MAX_WIDTH_IN), height), dpi=100, layout="constrained")
+    FigureCanvasSVG(fig)
     return fig
 
 
-def _readable(ax: Any) -> None:
-    ax.tick_params(labelsize=FONT_PT)
-    ax.xaxis.label.set_size(max(FONT_PT, ax.xaxis.label.get_size()))
-    ax.yaxis.label.set_size(max(FONT_PT, ax.yaxis.label.get_size()))
-    ax.title.set_size(max(FONT_PT, ax.title.get_size()))
-    legend = ax.get_legend()
-    if legend is not None:
-        for t in legend.get_texts():
-            t.set_fontsize(max(FONT_PT, t.get_fontsize()))
+def _readable(fig: Any) -> None:
+    """Raise every text in the figure to FONT_PT (tick labels, axis labels, titles, legends, annotations)."""
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):
+        if t.get_fontsize() < FONT_PT:
+            t.set_fontsize(FONT_PT)
+
+
+def svg_text(fig: Any) -> str:
+    """The figure as SVG text: text kept as text (selectable, searchable, drawn by the browser's font at its size;
+    about half the rendering time of glyph outlines), no date in its metadata (the same figure gives the same
+    file). The rc_context is the one piece of matplotlib's global state used, set and restored around the save."""
+    import matplotlib
+
+    _readable(fig)
+    out = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "font.family": ["DejaVu Sans", "sans-serif"]}):
+        fig.savefig(out, format="svg", metadata={"Date": None})
+    return out.getvalue()
 
 
 def save(fig: Any, path: Path) -> Path:
-    for ax in fig.axes:
-        _readable(ax)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
+    """Write the figure as SVG at `path` (its suffix made .svg); returns the path written."""
+    path = Path(path).with_suffix(".svg")
+    path.write_text(svg_text(fig), encoding="utf-8")
     return path
 
 
-def group_label(row: dict[str, Any], by_arm: bool) -> str:
-    return f"{row['model']} · {row['arm']}" if by_arm else str(row["model"])
-
-
-def fig_fidelity(rows: list[dict[str, Any]]) -> Any | None:
-    """Fidelity pass rate per claim, one bar per model (per model · arm when the cells have more than one arm)."""
-    by_arm = len({r.get("arm") for r in rows}) > 1
-    groups: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r["fidelity"].get("passed") is not None:
-            groups[group_label(r, by_arm)][r["claim_id"]].append(bool(r["fidelity"]["passed"]))
-    if not groups:
-        return None
-    claims = sorted({c for g in groups.values() for c in g})
-    fig = new_figure(8, max(2.5, 0.3 * len(claims) + 1.2))
-    ax = fig.add_subplot(1, 1, 1)
-    labels = sorted(groups)
-    h = 0.8 / len(labels)
-    for i, m in enumerate(labels):
-        vals = [sum(groups[m][c]) / len(groups[m][c]) if groups[m][c] else 0 for c in claims]
-        ax.barh([k + i * h for k in range(len(claims))], vals, height=h, label=m)
-    ax.set_yticks([k + 0.4 - h / 2 for k in range(len(claims))], claims)
-    ax.set_xlabel("fidelity pass rate")
-    ax.set_xlim(0, 1)
-    ax.legend(fontsize=FONT_PT)
-    return fig
+def inline_svg(text: str, prefix: str) -> str:
+    """SVG text ready to sit inside an HTML page: no XML prolog or doctype, every id (clip paths, glyphs, markers)
+    prefixed so that two figures on one page never share one, and scaled down only when the page is narrower."""
+    text = re.sub(r"^\s*<\?xml[^>]*\?>\s*", "", text)
+    text = re.sub(r"^\s*<!DOCTYPE[^>]*>\s*", "", text)
+    text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', text)
+    text = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', text)
+    text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", text)
+    return text.replace("<svg ", "<svg style='max-width:100%;height:auto' role='img' ", 1)
 
 
 def fig_tools(rows: list[dict[str, Any]]) -> Any | None:
     tools = sorted({t for r in rows for t in r.get("tool_calls_by_tool") or {}})
     if not rows or not tools:
         return None
-    fig = new_figure()
+    fig = new_figure(7, 3.4)
     ax = fig.add_subplot(1, 1, 1)
     means = [sum((r.get("tool_calls_by_tool") or {}).get(t, 0) for r in rows) / len(rows) for t in tools]
-    ax.bar(range(len(tools)), means)
-    ax.set_xticks(range(len(tools)), tools, rotation=45, ha="right")
+    ax.bar(range(len(tools)), means, color="#4a6fa5")
+    ax.set_xticks(range(len(tools)), tools, rotation=30, ha="right")
     ax.set_ylabel("calls per cell (mean)")
     return fig
 
 
-def fig_cost(rows: list[dict[str, Any]]) -> Any | None:
-    pts = [(r.get("latency_s"), r.get("cost")) for r in rows if r.get("latency_s") is not None]
+def fig_cost(rows: list[dict[str, Any]]) -> tuple[Any, str] | None:
+    """Cost against latency when any cell has a cost; otherwise the latency histogram alone, captioned as what it
+    is (a cost-less chart must not be called a cost chart). Returns (figure, caption) or None."""
+    pts = [(float(r["latency_s"]), r.get("cost")) for r in rows if r.get("latency_s") is not None]
     if not pts:
         return None
-    fig = new_figure()
+    fig = new_figure(6.5, 3.2)
     ax = fig.add_subplot(1, 1, 1)
-    if any(c is not None for _, c in pts):
-        ax.scatter([p for p, c in pts if c is not None], [c for _, c in pts if c is not None], s=10)
-        ax.set_ylabel("cost per cell")
-    else:
-        ax.hist([p for p, _ in pts], bins=20)
-        ax.set_ylabel("cells")
+    priced = [(lat, float(c)) for lat, c in pts if c is not None]
+    if priced:
+        ax.scatter([p for p, _ in priced], [c for _, c in priced], s=16, color="#4a6fa5")
+        ax.set_ylabel("cost per cell (price table's currency)")
+        ax.set_xlabel("latency per cell (s)")
+        caption = (f"cost against latency per cell ({len(priced)} of {len(pts)} cells priced; the others have no "
+                   "price or no token counts)")
+        return fig, caption
+    ax.hist([p for p, _ in pts], bins=20, color="#4a6fa5")
+    ax.set_ylabel("cells")
     ax.set_xlabel("latency per cell (s)")
-    return fig
+    return fig, f"latency per cell ({len(pts)} cells); no cost: no cell has a price (see the agent section)"
 
 
 def flag_counts(rows: list[dict[str, Any]]) -> Counter:
@@ -112,36 +121,48 @@ def fig_flags(rows: list[dict[str, Any]]) -> Any | None:
     from agent.scoring.detector import RULES
 
     rules = list(RULES) + sorted(set(counts) - set(RULES))
-    fig = new_figure(6, 3)
+    fig = new_figure(6.5, 3.4)
     ax = fig.add_subplot(1, 1, 1)
-    ax.bar(range(len(rules)), [counts.get(x, 0) for x in rules])
-    ax.set_xticks(range(len(rules)), rules, rotation=20, ha="right")
+    ax.bar(range(len(rules)), [counts.get(x, 0) for x in rules], color="#4a6fa5")
+    ax.set_xticks(range(len(rules)), rules, rotation=25, ha="right")
     ax.set_ylabel("cells where the rule fired")
     return fig
 
 
+def sweep_direction(sweep: dict[str, Any]) -> str:
+    """How the sweep moved the bound, in words ('downward', 'upward' or 'as listed')."""
+    rows = [float(r["bound"]) for r in sweep.get("rows") or [] if r.get("bound") is not None]
+    if len(rows) < 2 or rows[0] == rows[-1]:
+        return "as listed"
+    return "downward" if rows[-1] < rows[0] else "upward"
+
+
 def fig_sweep(sweep: dict[str, Any]) -> Any | None:
-    """The sweep's verdict against the stated bound (used only when the run did not write sweep.png itself)."""
+    """The sweep's verdict at each stated bound: distance d against the bound, the x-axis increasing to the right
+    whatever way the sweep moved (the caption says which), solid colours each named in the legend, which sits
+    outside the plot so it hides no point."""
     rows = sweep.get("rows") or []
     if not rows:
         return None
     unit = (sweep.get("measured") or {}).get("unit") or ""
-    fig = new_figure()
+    fig = new_figure(7.2, 3.6)
     ax = fig.add_subplot(1, 1, 1)
-    colours = {"pass": "tab:green", "inconclusive": "tab:orange", "fail": "tab:red"}
     for v in ("pass", "inconclusive", "fail"):
         pts = [(float(r["bound"]), float(r["distance"])) for r in rows
                if r.get("verdict") == v and r.get("bound") is not None and r.get("distance") is not None]
         if pts:
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=v, color=colours[v], s=14)
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=v, color=VERDICT_COLOURS[v], s=18, zorder=3)
     if sweep.get("combined_uncertainty") is not None:
         c = float(sweep["combined_uncertainty"])
-        ax.axhline(c, ls="--", lw=0.8, color="grey")
-        ax.axhline(-c, ls="--", lw=0.8, color="grey")
+        ax.axhline(c, ls="--", lw=1, color="#555555", label="d = ±c")
+        ax.axhline(-c, ls="--", lw=1, color="#555555")
+    value = (sweep.get("measured") or {}).get("value")
+    if value is not None:
+        ax.axvline(float(value), ls=":", lw=1.2, color="#1f3b73", label="measured m")
     ax.ticklabel_format(useOffset=False, style="plain")
     suffix = f" ({unit})" if unit else ""
-    ax.set_xlabel(f"claimed bound{suffix}")
+    ax.set_xlabel(f"claimed bound{suffix}, increasing →")
     ax.set_ylabel(f"distance d{suffix}")
     ax.set_title(str(sweep.get("claim_id", "")), fontsize=FONT_PT + 1)
-    ax.legend(fontsize=FONT_PT)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     return fig

@@ -1,17 +1,21 @@
 """The report's account of how a run was made: provenance, the calibration, one budget in full, weak-pass caveats.
 
 Why here and not in each section: these are what an auditor reads before trusting any verdict — what ran it
-(emulated boards or real chambers and their ports, seed, model, software version, when, for how long), what the
-barometers' cross-sensor calibration found, and one uncertainty budget taken apart line by line (GUM, JCGM 100:
+(emulated boards or real chambers and their ports, seed, model, software version and git commit, when, for how
+long), what the barometers' cross-sensor calibration found (a table and a figure of the offsets ± U), and one uncertainty budget taken apart line by line (GUM, JCGM 100:
 components, sensitivity coefficients, contributions, u_c, ν_eff, k, U) so that the arithmetic behind a verdict
 can be redone by hand. Older run folders lack some of it; every missing field says "not recorded".
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
+from agent.scoring import report_figures as figs
+from agent.scoring.report_chamber_figures import fig_offsets
 from agent.scoring.report_format import DASH, number, places_for_u, verdict_places, with_u
+from agent.scoring.report_git import UNKNOWN, SourceState
 
 Block = tuple
 NOT_RECORDED = "not recorded"
@@ -48,8 +52,19 @@ def _model(prov: dict[str, Any], summary: dict[str, Any], cells: list[dict[str, 
     return ", ".join(models) + " (from the agent cells)" if models else NOT_RECORDED
 
 
+def _commit(prov: dict[str, Any], source: SourceState | None) -> str:
+    """The run's git commit as its provenance recorded it, else the report writer's (said to be so), else unknown."""
+    recorded = prov.get("git_commit") or prov.get("commit")
+    if recorded:
+        dirty = prov.get("git_dirty")
+        return SourceState(str(recorded), dirty if isinstance(dirty, bool) else None).text()
+    if source is None or source.commit == UNKNOWN:
+        return f"{UNKNOWN} (not recorded with the run, and no git where the report was written)"
+    return f"{source.text()}; read when this report was written (the run did not record its own)"
+
+
 def provenance_blocks(summary: dict[str, Any] | None, calibration: Any | None,
-                      cells: list[dict[str, Any]]) -> list[Block]:
+                      cells: list[dict[str, Any]], source: SourceState | None = None) -> list[Block]:
     """The first section of the report: what made this run, from summary.json's `provenance` (older folders:
     the fields they have, the rest "not recorded")."""
     summary = summary or {}
@@ -72,12 +87,13 @@ def provenance_blocks(summary: dict[str, Any] | None, calibration: Any | None,
             ["seed", NOT_RECORDED if prov.get("seed") is None else str(prov["seed"])],
             ["model", _model(prov, summary, cells)],
             ["software version", software],
+            ["git commit", _commit(prov, source)],
             ["date (UTC)", date],
             ["duration", _duration(prov, summary)],
             ["instrument station", str(station) if station else ("none" if "station" in prov else NOT_RECORDED)],
             ["limits file", "none" if "limits" in prov and not prov["limits"] else listed("limits")],
             ["claim sources", listed("claims_sources")]]
-    blocks: list[Block] = [("h2", "Provenance"), ("table", ["", "value"], rows)]
+    blocks: list[Block] = [("h2", "Provenance"), ("table", ["field", "value"], rows)]
     if not prov:
         blocks.append(("p", "This run folder has no recorded provenance (summary.json without `provenance`: an "
                             "older run or a matrix folder); fields are filled from what it does record."))
@@ -98,7 +114,8 @@ def budget_blocks(budget: Any, title: str) -> list[Block]:
     nu = budget.effective_dof
     return [
         ("p", f"{title}: {budget.quantity}, in {unit}."),
-        ("table", ["component x_i", "type", "u(x_i)", "ν_i", "sensitivity c_i", "contribution u_i(y)", "basis"],
+        ("table", ["component x_i", "type", "u(x_i) (unit of x_i)", "ν_i", "sensitivity c_i",
+                   f"contribution u_i(y) ({unit})", "basis"],
          rows),
         ("ul", ["contribution of each component u_i(y) = |c_i|·u(x_i), in the unit of the result",
                 f"combined standard uncertainty u_c = sqrt(Σ u_i(y)²) = {number(uc, places=p)} {unit}",
@@ -110,8 +127,17 @@ def budget_blocks(budget: Any, title: str) -> list[Block]:
     ]
 
 
+def _offsets_figure(calibration: Any, expanded: dict[str, float], figs_dir: Path | None) -> list[Block]:
+    prm = calibration.parameters
+    fig = fig_offsets(sorted(prm.offsets), dict(prm.offsets), expanded, prm.unit) if figs_dir is not None else None
+    if fig is None:
+        return []
+    return [("fig", f"Calibration offsets of the {calibration.chamber} chamber's barometers: offset ± U (expanded, "
+                    f"95 %) in {prm.unit}, against zero (the four-sensor mean)", figs.save(fig, figs_dir / "offsets"))]
+
+
 def calibration_blocks(calibration: Any | None, problem: str | None,
-                       budget_from_verdict: tuple[str, Any] | None) -> list[Block]:
+                       budget_from_verdict: tuple[str, Any] | None, figs_dir: Path | None = None) -> list[Block]:
     """The cross-sensor calibration (each barometer's offset from the four-sensor mean, with u and ν), then one
     budget in full: the first offset's (its sensitivities 3/4 and −1/4 show how the four means combine), or,
     without a calibration, the budget behind the first definitive verdict."""
@@ -122,7 +148,10 @@ def calibration_blocks(calibration: Any | None, problem: str | None,
         blocks.append(("p", f"No cross-sensor calibration: calibration.json is {problem or 'absent'}."))
     else:
         prm = calibration.parameters
+        offsets = (calibration.budgets or {}).get("offsets") or {}
+        expanded = {name: UncertaintyBudget.from_dict(offsets[name]).expanded for name in offsets}
         rows = [[name, with_u(prm.offsets[name], prm.offset_u[name], places=places_for_u(prm.offset_u[name])),
+                 DASH if name not in expanded else number(expanded[name], places=places_for_u(prm.offset_u[name])),
                  "∞" if prm.offset_dof.get(name) is None else number(prm.offset_dof[name], places=0)]
                 for name in sorted(prm.offsets)]
         blocks += [
@@ -132,9 +161,10 @@ def calibration_blocks(calibration: Any | None, problem: str | None,
                   f"(ν = {'∞' if prm.mean_dof is None else number(prm.mean_dof, places=0)}); spread of the unit "
                   f"means {number(prm.spread, places=places_for_u(prm.mean_u))} {prm.unit}. Offset = unit mean − "
                   "four-sensor mean, with its standard uncertainty u and effective ν:"),
-            ("table", ["barometer", f"offset ± u ({prm.unit})", "ν"], rows),
+            ("table", ["barometer", f"offset ± u ({prm.unit})", f"U ({prm.unit}, 95 %)", "ν (degrees of freedom)"],
+             rows),
+            *_offsets_figure(calibration, expanded, figs_dir),
         ]
-        offsets = (calibration.budgets or {}).get("offsets") or {}
         if offsets:
             name = sorted(offsets)[0]
             return blocks + budget_blocks(UncertaintyBudget.from_dict(offsets[name]),
