@@ -263,6 +263,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("-o", "--output", help="write the calibration record (JSON) here")]),
         ("check", "grade a claim (or --all) on the chamber: pass / inconclusive / fail with u",
          job("protocols.check_job:check_command", "check_text", claims=claims, selection=lab_of,
+             pool=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[0],
+             progress=lambda a: lib("protocols.bench_job").TextProgress(sys.stderr) if a.all else None,
              refuse=lambda a: "give one CLAIM_ID or --all" if bool(a.all) == bool(a.claim_id) else None), [
             opt("claim_id", nargs="?", help="claim id (see protocols/data/claims/)"), "claims", "lab", rows,
             opt("--all", **flag, help="check every claim and print a table"),
@@ -316,10 +318,12 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             "board", "bench"]),
         ("chamber shell", "an interactive SET/MSR/WAIT/RST prompt (checked before sending; Tab completes names)",
          job("chamber.operator:shell_command", lambda a, d: say(lib("chamber.operator").safe_text(
-             [d["safe_state"]])), selection=board_of, stdin=lambda a: sys.stdin,
-             stdout=lambda a: sys.stdout, stderr=lambda a: sys.stderr), [
+             [d["safe_state"]])), lambda d: done(d, failed=bool(d.get("script_failed"))), selection=board_of,
+             stdin=lambda a: sys.stdin, stdout=lambda a: sys.stdout, stderr=lambda a: sys.stderr), [
             opt("--history", type=Path, default=Path.home() / ".chamberlab_history",
-                help="readline history file (default ~/.chamberlab_history)"), "board", "bench"]),
+                help="readline history file (default ~/.chamberlab_history)"), "board", "bench",
+            opt("--csv", **flag, help="rows as CSV, every column (default on a terminal: the compact view, "
+                "`cols` chooses, `csv on` switches; into a file or a pipe: CSV)")]),
         ("datasheet build", "manifest: pages, part, revision, contents (and their source), tables per page",
          job(f"{ds}:build", "build_text"),
          ["pdf", opt("--cache-dir", type=Path, help="keep manifests here, keyed by the file's SHA-256")]),
@@ -446,7 +450,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
              models=lambda a: listed(a.models), arms=lambda a: listed(a.arms), datasheets_dir=sheets,
              claims=lambda a: claims_from_args(a, ids=True)[0],
              selected=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[1],
-             claim_sources=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[0]), [
+             claim_sources=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[0],
+             progress=lambda a: lib("firmware_bridge.progress_line").ProgressLine(sys.stderr)), [
             opt("--models", required=True, help="comma-separated model specs (as for `extract --model`)"),
             "claim-ids", opt("--repeats", type=POSITIVE, default=1, help="cells per model, claim and arm (default 1)"),
             opt("--arms", default="normal", help="comma-separated: normal, withhold-navigation, withhold-crosscheck, "

@@ -7,9 +7,10 @@ layout, the shell) and a test can call them with a chamber and streams of its ow
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from chamber.errors import ChamberError
 
@@ -127,48 +128,118 @@ def _readline_for(shell: Any, history: Path) -> Any:
         return None
 
 
-def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, history: Path) -> tuple[int, bool]:
-    """The interactive prompt (or a piped script) until quit, end of input or Ctrl-C; returns the lines executed
-    and whether Ctrl-C (or SIGTERM) ended it. Rows go to `stdout` as CSV, replies and refusals to `stderr`."""
-    import time
+@dataclass
+class ShellEnd:
+    """How a shell session ended: lines executed, whether Ctrl-C (or SIGTERM) ended it, and the lines refused or
+    failed (a piped script stops at the first)."""
 
-    from chamber.shell import Shell
+    lines: int = 0
+    interrupted: bool = False
+    refused: int = 0
+    script_failed: bool = False  # a piped script stopped at a refused or failed line
 
-    shell = Shell(chamber, wait=time.sleep)
+
+@contextmanager
+def _ctrl_c(on_sigint: Callable[[int, Any], None]) -> Iterator[None]:
+    """While inside (main thread only: elsewhere Python delivers no signals): SIGINT calls `on_sigint`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, history: Path, *,
+              chunk_rows: int = 25, csv: bool = False) -> ShellEnd:
+    """The interactive prompt (or a piped script) until quit, end of input or Ctrl-C. Rows go to `stdout` as
+    each MSR chunk arrives (the compact row view on a terminal; every column as CSV with `csv` or when `stdout`
+    is a file or a pipe), replies and refusals to `stderr`.
+
+    Ctrl-C during an instruction stops it (an MSR after its current chunk, rows kept; a WAIT at once) and, at a
+    terminal, returns to the prompt; a second Ctrl-C while it stops, or one at the prompt, leaves. A piped script
+    ends at the first Ctrl-C (there is no prompt to return to) and at the first refused or failed line (the
+    lines after it were written for a chamber in another state)."""
+    from chamber.shell import RowView, Shell
+    from chamber.stop import StopRequest
+
+    def write_row(text: str) -> None:
+        stdout.write(text + "\n")
+
+    csv = csv or not getattr(stdout, "isatty", lambda: False)()  # rows into a file or a pipe: the whole CSV
+    view = RowView(chamber.layout.names, write_row, kind=chamber.layout.chamber, csv=csv)
+
+    def rows(frame: Any) -> None:
+        view.rows(frame)
+        stdout.flush()
+
+    shell = Shell(chamber, on_frame=rows, chunk_rows=chunk_rows, view=view)
     interactive = stdin.isatty()
     readline = _readline_for(shell, history) if interactive else None
-    stderr.write(f"chamber {chamber.layout.chamber}/{chamber.config}; 'help' for instructions, Tab completes, "
-                 "Ctrl-D quits\n")
-    lines, interrupted = 0, False
+    stderr.write(f"chamber {chamber.layout.chamber}/{chamber.config}; 'help' lists every instruction, Tab "
+                 "completes, Ctrl-C stops an MSR or WAIT, Ctrl-D or quit leaves\n")
+    end, busy, stop = ShellEnd(), [False], [StopRequest()]
+
+    def prompt() -> str:
+        if csv:  # rows into a file or a pipe: the prompt goes with the replies, stdout stays CSV
+            stderr.write(">>> ")
+            stderr.flush()
+            return input()
+        return input(">>> ")
+
+    def on_sigint(signum: int, _frame: Any) -> None:
+        if busy[0] and not stop[0].requested:  # the first: the instruction stops, the shell stays
+            stop[0].request("SIGINT")
+            return
+        raise KeyboardInterrupt("SIGINT")  # at the prompt, or the operator insists
+
     try:
-        while True:
-            try:
-                line = input(">>> ") if interactive else stdin.readline()
-            except EOFError:
-                break
-            if not interactive and not line:
-                break
-            lines += 1
-            reply = shell.execute(line)
-            if reply.frame is not None:
-                stdout.write(",".join(reply.frame.names) + "\n")
-                for row in reply.frame.values.tolist():
-                    stdout.write(",".join("" if v != v else f"{v:g}" for v in row) + "\n")
-            if reply.text:
-                stderr.write(("  " if reply.ok else "  ! ") + reply.text.replace("\n", "\n  ") + "\n")
-            stdout.flush()
-            if reply.quit:
-                break
-    except KeyboardInterrupt:  # the exchange it cut short is settled by the safe state on the way out
-        interrupted = True
-        stderr.write("\ninterrupted\n")
+        with _ctrl_c(on_sigint):
+            while True:
+                try:
+                    line = prompt() if interactive else stdin.readline()
+                except EOFError:
+                    break
+                if not interactive and not line:
+                    break
+                end.lines += 1
+                stop[0], busy[0] = StopRequest(), True
+                try:
+                    reply = shell.execute(line, stop[0])
+                finally:
+                    busy[0] = False
+                if reply.text:
+                    stderr.write(("  " if reply.ok else "  ! ") + reply.text.replace("\n", "\n  ") + "\n")
+                stdout.flush()
+                if reply.quit:
+                    break
+                if not reply.ok:
+                    end.refused += 1
+                    if not interactive:
+                        end.script_failed = True
+                        stderr.write(f"  ! line {end.lines} of the script was not done; the script stops here\n")
+                        break
+                if stop[0].requested:
+                    if not interactive:
+                        end.interrupted = True
+                        break
+                    stderr.write("  (stopped by Ctrl-C; back at the prompt: Ctrl-C again or quit leaves)\n")
+    except KeyboardInterrupt:  # an exchange it cut short is settled by the safe state on the way out
+        end.interrupted = True
+        stderr.write("\ninterrupted: leaving\n")
     finally:
+        stderr.flush()
         if readline is not None:
             try:
                 readline.write_history_file(history)
             except OSError:
                 pass
-    return lines, interrupted
+    return end
 
 
 # --------------------------------------------------------------------------------------------- whole commands
@@ -182,25 +253,40 @@ class OperatorRefused(ChamberError, ValueError):
 
 
 class RowMeter:
-    """Rows done, rate and ETA of a measurement or protocol run (chamber.protocol_runner's progress) on a text
-    stream: one redrawn line on a terminal, else a line at most every `every` seconds and at the end."""
+    """Rows done, elapsed and ETA of a measurement or protocol run (chamber.protocol_runner's progress) on a text
+    stream with the one progress line of every long command (firmware_bridge/progress_line.py): redrawn in place
+    on a terminal, cut to its width - 1; otherwise a line at the start, at most one every `every` seconds and one
+    at the end: a WAIT is the note of the line on a terminal, and a line of its own when piped only if it lasts
+    the calm interval or more (so a piped log grows by a line or two per `every` seconds, never one per WAIT)."""
 
-    def __init__(self, label: str, stream: TextIO, every: float = 2.0) -> None:
-        self.label, self.stream, self.every, self.tty = label, stream, every, stream.isatty()
-        self._last, self._final_shown = -1e9, False
-
-    def __call__(self, p: Any) -> None:
+    def __init__(self, label: str, stream: TextIO, every: float | None = None, *, width: int | None = None,
+                 tty: bool | None = None, clock: Callable[[], float] | None = None) -> None:
         import time
 
-        now = time.monotonic()
-        final = p.rows_done >= p.rows_total
-        due = now - self._last >= (0.2 if self.tty else self.every) or p.waiting_s > 0  # a long WAIT: say so
-        if final and self._final_shown or not final and not due:
+        from firmware_bridge.progress_line import CALM_EVERY_S, ProgressLine
+
+        self.label = label
+        self.line = ProgressLine(stream, width=width, tty=tty, every=CALM_EVERY_S if every is None else every,
+                                 clock=clock or time.monotonic)
+        self.ended = False
+
+    def __call__(self, p: Any) -> None:
+        from chamber.protocol_runner import format_duration
+
+        if self.ended:
             return
-        self._final_shown, self._last = final, now
-        line = f"{self.label}: {p.render()}"
-        self.stream.write(("\r" + line[:150].ljust(150) + ("\n" if final else "")) if self.tty else line + "\n")
-        self.stream.flush()
+        if not self.line.open:
+            self.line.start(f"{self.label}: rows", p.rows_total)
+        rate = f"{p.rate:.1f} rows/s" if p.rate else ""
+        where = f"line {p.line}: {p.instruction}" if p.line is not None else ""
+        if p.waiting_s:
+            where += f" (waiting {format_duration(p.waiting_s)})"
+        note = ", ".join(x for x in (rate, where) if x)
+        long_wait = not self.line.tty and p.waiting_s >= self.line.every  # a WAIT of a calm interval or more
+        self.line.update(p.rows_done, note, total=p.rows_total, eta_s=p.eta_s, force=long_wait)
+        if p.rows_done >= p.rows_total and not p.waiting_s and not p.eta_s:  # every row, no WAIT left
+            self.line.finish()
+            self.ended = True
 
 
 def board_selection(backend: str, port: str | None, chamber: str, config: str, seed: int, params: Path | None,
@@ -279,13 +365,56 @@ def safe_text(outcomes: list[dict[str, Any]]) -> str:
     return "; ".join(one(o) for o in outcomes)
 
 
+def leave_safe(chamber: Any, safe: Any, *, free_within_s: float) -> tuple[Any, list[str]]:
+    """The shell's way out: apply the safe state (chamber.safe_state.apply_safe_state: settle, set, read back);
+    if the board did not confirm it, wait until the board is free (the rows of an MSR still in flight: at most
+    `free_within_s`) and apply it once more. Ctrl-C and SIGTERM wait meanwhile. Returns the last outcome (one line
+    of its own says what happened; the first attempt's warning is not logged twice) and the signals received."""
+    import logging
+
+    from chamber.safe_state import apply_safe_state
+    from chamber.stop import signals_deferred
+
+    quiet = logging.getLogger("chamber.safe_state")
+    was_disabled, quiet.disabled = quiet.disabled, True
+    try:
+        with signals_deferred() as received:
+            outcome = apply_safe_state(chamber, safe)
+            if not outcome.confirmed:
+                try:
+                    chamber.settle(free_within_s)
+                except Exception:  # the second attempt says what is wrong
+                    pass
+                outcome = apply_safe_state(chamber, safe)
+    finally:
+        quiet.disabled = was_disabled
+    return outcome, received
+
+
 def shell_command(selection: Any, *, safe: str | Path | None, stdin: TextIO, stdout: TextIO, stderr: TextIO,
-                  history: Path, warn: Say) -> dict[str, Any]:
-    """The interactive shell on the chamber, left in its safe state afterwards (`interrupted`: Ctrl-C ended it)."""
-    opened = _open_one(selection, warn, safe)
-    with opened:
-        lines, interrupted = run_shell(next(iter(opened.chambers.values())), stdin, stdout, stderr, history)
-    return {"lines": lines, "interrupted": interrupted, "safe_state": opened.outcomes[0].to_dict()}
+                  history: Path, warn: Say, chunk: int = 25, csv: bool = False) -> dict[str, Any]:
+    """The interactive shell on the chamber (run_shell), left in its safe state afterwards: applied, read back and
+    retried once the board is free (leave_safe). `interrupted`: Ctrl-C or SIGTERM ended it; `refused`: lines
+    refused or failed. An error propagating from the shell with the safe state unconfirmed is SafeStateUnconfirmed
+    (exit 3)."""
+    from chamber.safe_state import SafeState, SafeStateUnconfirmed
+    from chamber.selection import open_chambers
+
+    opened = open_chambers(selection, resolve_safe=True, safe_file=safe, make_safe=False, warn=warn)
+    end, outcome, received = None, None, []
+    with opened:  # closes the port; the safe state is leave_safe's
+        chamber = next(iter(opened.chambers.values()))
+        try:
+            end = run_shell(chamber, stdin, stdout, stderr, history, chunk_rows=chunk, csv=csv)
+        except BaseException as exc:
+            outcome, received = leave_safe(chamber, opened.safe or SafeState(), free_within_s=15.0 + chunk)
+            if not outcome.confirmed:
+                raise SafeStateUnconfirmed([outcome]) from exc
+            warn(outcome.text)
+            raise
+        outcome, received = leave_safe(chamber, opened.safe or SafeState(), free_within_s=15.0 + chunk)
+    return {"lines": end.lines, "interrupted": end.interrupted or bool(received), "refused": end.refused,
+            "script_failed": end.script_failed, "safe_state": outcome.to_dict()}
 
 
 def validate_text(d: dict[str, Any]) -> str:

@@ -56,75 +56,44 @@ class Quiet:
 
 
 class TextProgress:
-    """A JobProgress drawn on a text stream (the CLI's stderr). On a terminal: one bar line per stage, redrawn in
-    place with the current `detail` as its note, `say` lines printed above it (wrapped, never cut: they may be the
-    hint that matters), nothing wider than WIDTH columns.
-    Otherwise: one plain line per event (a stage's start, each step, each detail, each `say`), so a log shows what
-    the job was doing at every moment."""
+    """A JobProgress drawn on a text stream (the CLI's stderr) with the one progress line of every long command
+    (firmware_bridge/progress_line.py): each stage `label i/N (p %) elapsed ETA note`, redrawn in place on a
+    terminal and cut to its width - 1 (never wraps), the current `detail` as its note; `say` lines printed above
+    it (wrapped, never cut: they may be the hint that matters), each stamped with the job's elapsed time.
+    Not on a terminal: a line at each stage's start and end, between them at most one every `every` seconds
+    (never one per step or per settle), and every `say` line."""
 
-    WIDTH, BAR = 79, 20
+    def __init__(self, stream: TextIO, *, width: int | None = None, tty: bool | None = None,
+                 every: float | None = None, clock: Callable[[], float] | None = None) -> None:
+        import time
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream, self.label, self.total, self.done, self.note = stream, "", 1, 0, ""
-        self.drawn = False  # a bar is on the terminal without its newline
+        from firmware_bridge.progress_line import CALM_EVERY_S, ProgressLine
+
+        self.clock = clock or time.monotonic
+        self.line = ProgressLine(stream, width=width, tty=tty, every=CALM_EVERY_S if every is None else every,
+                                 clock=self.clock)
+        self.began = self.clock()
 
     def start(self, label: str, total: int) -> None:
-        self.label, self.total, self.done, self.note = label, max(total, 1), 0, ""
-        if self._tty():
-            self._draw()
-        else:
-            self._line(f"{label}: {total} to do")
+        self.line.start(label, total)
 
     def advance(self, note: str) -> None:
-        self.done, self.note = self.done + 1, note
-        if not self._tty():
-            self._line(self._bar())
-            return
-        self._draw()
-        if self.done >= self.total:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.drawn = False
+        self.line.advance(note)
 
     def detail(self, message: str) -> None:
-        if not self._tty():
-            self._line("  " + message)
-        elif self.drawn:
-            self.note = message
-            self._draw()
+        if self.line.open:
+            self.line.update(note=message.strip())
         else:
-            self.say("  " + message)
+            self.say("  " + message.strip())
 
     def say(self, message: str) -> None:
-        if not self._tty():
-            self._line(message)
-            return
-        import textwrap
+        from firmware_bridge.progress_line import clock_text
 
-        was = self.drawn
-        for part in textwrap.wrap(message, self.WIDTH, subsequent_indent="    ", drop_whitespace=True) or [""]:
-            self.stream.write("\r" + part.ljust(self.WIDTH) + "\n")
-        self.drawn = False
-        if was:
-            self._draw()
-        self.stream.flush()
+        self.line.say(f"[{clock_text(self.clock() - self.began)}] {message}", indent="        ")
 
-    def _tty(self) -> bool:
-        return bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def _bar(self) -> str:
-        filled = int(self.BAR * self.done / self.total)
-        return (f"{self.label:<12} [{'#' * filled}{'.' * (self.BAR - filled)}] {self.done}/{self.total} "
-                f"{self.note}").rstrip()
-
-    def _draw(self) -> None:
-        self.stream.write("\r" + self._bar()[:self.WIDTH].ljust(self.WIDTH))
-        self.stream.flush()
-        self.drawn = True
-
-    def _line(self, text: str) -> None:
-        self.stream.write(text + "\n")
-        self.stream.flush()
+    def close(self) -> None:
+        """End the stage still open (its last line shown)."""
+        self.line.finish()
 
 
 @dataclass
@@ -141,7 +110,7 @@ def count(items: Iterable[Any]) -> dict[str, int]:
     return dict(Counter(str(item) for item in items))
 
 
-def _steps(progress: JobProgress) -> Callable[[str], None]:
+def progress_steps(progress: JobProgress) -> Callable[[str], None]:
     """The runner's progress lines: each '[i/N] claim' line is one step of the stage (the note is the claim id);
     the others (each staging set and read, each settle) are its details, so a real-pace board that reads for
     minutes before the first claim is decided never leaves the job silent."""
@@ -176,10 +145,11 @@ def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: P
     progress.say(f"grading {len(claims)} claims on {', '.join(sorted(chambers))} (the wind tunnel's calibration "
                  "in the same plan)")
     progress.start("checks", len(claims))
-    batch = run_batch(claims, ProtocolContext(chambers=chambers, rows=rows, progress=_steps(progress),
+    batch = run_batch(claims, ProtocolContext(chambers=chambers, rows=rows, progress=progress_steps(progress),
                                               graded=graded), calibrate=True)
     if batch.record is not None:
         save_record(batch.record, run_dir / "calibration.json")
+        progress.say(f"calibration: the wind tunnel's barometers cross-calibrated -> {run_dir / 'calibration.json'}")
     elif batch.calibration_error:
         progress.say(f"calibration failed: {batch.calibration_error}")
     checks = [r.to_dict() for r in batch.results]
@@ -210,7 +180,7 @@ def grade_with_station(claims: Sequence[Claim], chambers: Mapping[str, Any], sta
     with open_station(station_file) as station:
         progress.start("station", len(claims))
         context = ProtocolContext(chambers=chambers, calibration=calibration, rows=rows, station=station,
-                                  progress=_steps(progress))
+                                  progress=progress_steps(progress))
         results = run_batch(claims, context, reuse={r.claim.id: r for r in earlier}).results
         envelope = gradable_envelope(claims, station)
     checks = [r.to_dict() for r in results]
@@ -233,26 +203,17 @@ def sweep_live_reading(results: Sequence[CheckResult], run_dir: Path,
     if live.measurement is None or live.measurement.value is None:
         return {"skipped": "no live operating-range measurement"}
     progress.say(f"sweep: {SWEEP_CLAIM}, the bound moved through the live reading (41 bounds)")
+    progress.start("sweep", 2)
     m = live.measurement
     result = sweep(live.claim, m.value, m.u, unit=m.unit, steps=41, dof=m.dof)
     d = result.to_dict()
     write_json_atomic(run_dir / "sweep.json", d)
+    progress.advance("sweep.json")
     write_sweep_files(result, csv_path=run_dir / "sweep.csv", plot_path=run_dir / "sweep.png")  # both or neither
+    progress.advance("sweep.csv, sweep.png")
     # Where the verdict changes: the exact flip points m ± c (closed band: inconclusive at the point itself).
     return {"claim_id": d["claim_id"], "measured": d["measured"], "combined_uncertainty": d["combined_uncertainty"],
             "verdict_changes_at": d["flip_points"], "figure": str(run_dir / "sweep.png")}
-
-
-def start_live_view(stack: contextlib.ExitStack, chambers: Mapping[str, Any]) -> tuple[dict[str, Any], str, Any]:
-    """The live view of the grading (a read-only page on 127.0.0.1, closed with `stack`): the chambers wrapped
-    so that what they do is shown, the page's URL, and the `graded` hook that shows which claim is graded."""
-    from protocols.api.live import LiveChamber, LiveFeed, live_app, report_graded
-    from protocols.api.server import serve_in_thread
-
-    feed = LiveFeed()
-    watched = {kind: LiveChamber(c, kind, feed) for kind, c in chambers.items()}
-    url = stack.enter_context(serve_in_thread(live_app(feed))) + "/"
-    return watched, url, report_graded(feed)
 
 
 def start_chamber_api(stack: contextlib.ExitStack, chambers: Mapping[str, Any], run_dir: Path,

@@ -75,12 +75,14 @@ def calibration_text(d: Mapping[str, Any]) -> str:
 
 # --------------------------------------------------------------------------------------------- check
 def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration: str | Path | None,
-              station: str | Path | None, say: Say) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+              station: str | Path | None, say: Say,
+              progress: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Grade `claims` on the chambers of `selection` with the calibration record of the file `calibration` (None:
     calibrate in the same plan) and the instrument station of the file `station` (None: the chamber alone): one
     result dict per claim, and the chambers' safe-state outcomes. A bad station file or instrument fails before
-    any staging."""
-    from protocols.bench_job import grade_claims
+    any staging. `progress` (a protocols.bench_job.JobProgress): the claims as one stage, i/N with the staging
+    reads as its notes; without one every progress line goes to `say`."""
+    from protocols.bench_job import grade_claims, progress_steps
 
     record = None
     if calibration:
@@ -90,30 +92,45 @@ def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration
     instruments = open_station_file(station, say)
     try:
         with open_lab(selection, say) as opened:
-            results = grade_claims(claims, opened.chambers, rows=rows, calibration=record, report=say,
-                                   station=instruments)
+            if progress is not None:
+                progress.start("checks", len(claims))
+            results = grade_claims(claims, opened.chambers, rows=rows, calibration=record, station=instruments,
+                                   report=say if progress is None else progress_steps(progress))
     finally:
         if instruments is not None:
             instruments.close()
     return [r.to_dict() for r in results], outcomes_of(opened)
 
 
+def pool_text(sources: Sequence[str | Path] | None, n: int) -> str:
+    """Which claim pool a `check --all` grades, in words: the claim files given, else the one `run` grades."""
+    from protocols.claim_sources import MAIN_JOB_POOL
+
+    where = ", ".join(str(p) for p in sources) if sources else MAIN_JOB_POOL
+    return f"{n} claims from {where}"
+
+
 def check_command(claims: Mapping[str, Claim], claim_id: str | None, all: bool, selection: Any, *, rows: int,
-                  calibration: str | Path | None, station: str | Path | None, say: Say) -> dict[str, Any]:
-    """`check`: one claim of `claims` (its result dict) or, with `all`, every one ({"results": [...]}); beside
-    them the chambers' `safe_state` and, when a verdict is `error`, `incomplete: {"error_verdicts": n}`."""
+                  calibration: str | Path | None, station: str | Path | None, say: Say,
+                  pool: Sequence[str | Path] | None = None, progress: Any = None) -> dict[str, Any]:
+    """`check`: one claim of `claims` (its result dict) or, with `all`, every one ({"results": [...]}, and `pool`:
+    which claims those are, the files of `pool` or else the pool `run` grades); beside them the chambers'
+    `safe_state` and, when a verdict is `error`, `incomplete: {"error_verdicts": n}`. `progress`: as check_job."""
+    if all:
+        say(f"grading {pool_text(pool, len(claims))}")
     results, safe = check_job(list(claims.values()) if all else [get_claim(claim_id or "", claims)], selection,
-                              rows=rows, calibration=calibration, station=station, say=say)
+                              rows=rows, calibration=calibration, station=station, say=say, progress=progress)
     errors = sum(r["verdict"] == "error" for r in results)
-    return {**({"results": results} if all else results[0]), "safe_state": safe,
-            **({"incomplete": {"error_verdicts": errors}} if errors else {})}
+    return {**({"results": results, "pool": pool_text(pool, len(claims))} if all else results[0]),
+            "safe_state": safe, **({"incomplete": {"error_verdicts": errors}} if errors else {})}
 
 
 def check_text(d: Mapping[str, Any]) -> str:
     """The table of a `check --all`, or one claim's row and the reason for its verdict."""
     from protocols.exit_codes import unconfirmed_note
 
-    text = check_table_text(d["results"]) if "results" in d else check_table_text([d]) + "\n\n" + d["reason"]
+    text = (check_table_text(d["results"]) + (f"\npool: {d['pool']}" if d.get("pool") else "")
+            if "results" in d else check_table_text([d]) + "\n\n" + d["reason"])
     return "\n".join([text, *filter(None, [unconfirmed_note(d.get("safe_state"))])])
 
 

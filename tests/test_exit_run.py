@@ -49,10 +49,12 @@ def test_run_claims_selects_what_the_chamber_grades_and_says_each_stage(capsys, 
     with RunIndex(runs / "index.sqlite") as index:
         assert {v["claim_id"] for v in index.verdicts(row.run_id)} == chosen
     said = r.err.splitlines()
-    for line in ("checks: 2 to do", "station: 2 to do", "leaving the chambers in their safe state"):
-        assert line in said, r.err
-    assert any(x.startswith("  wt: stage ") for x in said)  # each staging read is said
-    assert any(x.startswith("report: writing ") for x in said)
+    for stage in ("checks", "station"):  # each stage's start and end (i/N, elapsed, ETA), piped: nothing between
+        assert any(x.startswith(f"{stage} 0/2 (0 %) elapsed 0:0") for x in said), r.err
+        assert any(x.startswith(f"{stage} 2/2 (100 %) elapsed ") and " ETA 0:00 " in x for x in said), r.err
+    assert not any(x.startswith("  wt: stage ") for x in said)  # calm: no line per staging read or settle
+    assert any(x.endswith("] leaving the chambers in their safe state") for x in said), r.err
+    assert any("] report: writing " in x for x in said), r.err  # said lines carry the job's elapsed time
     text = run_cli(capsys, "runs", "list", "--runs-dir", str(runs)).out
     assert f"{row.run_id:<18} finished " in text
 
@@ -149,13 +151,9 @@ def test_resuming_a_finished_run_without_the_agent_keeps_its_agent_and_scores_se
     assert [r.status for r in rows(runs)] == ["finished"]
 
 
-def test_progress_on_a_terminal_redraws_one_bar_with_details_and_never_passes_79_columns():
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    screen = Terminal()
-    progress = TextProgress(screen)
+def test_progress_on_a_terminal_redraws_one_line_with_details_and_never_passes_79_columns():
+    screen = io.StringIO()
+    progress = TextProgress(screen, width=80, tty=True)
     progress.start("checks", 3)
     progress.advance("dps310-operating-range-with-a-very-long-claim-identifier-that-goes-on-and-on")
     progress.detail("wt: stage fans off, OSR 8 (serves 2 step(s)), read 200 rows and then some more words here")
@@ -165,14 +163,19 @@ def test_progress_on_a_terminal_redraws_one_bar_with_details_and_never_passes_79
     written = screen.getvalue()
     lines = [seg for line in written.split("\n") for seg in line.split("\r")]
     assert lines and max(len(x) for x in lines) <= 79
-    assert written.count("\n") == 4  # the said line (wrapped in three), the bar's end: details redraw in place
-    assert "x" * 200 in "".join(x.strip().removeprefix("calibration failed: ") for x in lines)  # wrapped, not cut
-    assert "3/3 c" in written.split("\n")[-2]
+    assert written.count("\n") == 5  # the said line (stamped, wrapped in four), the stage end: details redraw
+    said = "".join(x.strip() for x in lines if x and not x.startswith("checks"))
+    assert "x" * 200 in said.split("calibration failed: ")[-1]  # wrapped, not cut
+    assert "checks 3/3 (100 %) elapsed 0:00 ETA 0:00 c" in written.split("\n")[-2]
+    now = [0.0]
     plain = io.StringIO()
-    log = TextProgress(plain)
+    log = TextProgress(plain, tty=False, every=10.0, clock=lambda: now[0])
     log.start("agent", 2)
-    log.detail("cell 1: phase two")
+    now[0] = 3.0
+    log.detail("cell 1: phase two")  # piped: within the calm interval, nothing
+    now[0] = 6.0
     log.advance("dps310-operating-range: submitted")
-    assert plain.getvalue().splitlines() == ["agent: 2 to do", "  cell 1: phase two",
-                                             "agent        [##########..........] 1/2 "
-                                             "dps310-operating-range: submitted"]
+    now[0] = 12.0
+    log.advance("b: submitted")  # the stage's end: always
+    assert plain.getvalue().splitlines() == ["agent 0/2 (0 %) elapsed 0:00 ETA ?",
+                                             "agent 2/2 (100 %) elapsed 0:12 ETA 0:00 b: submitted"]

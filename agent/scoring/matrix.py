@@ -83,18 +83,36 @@ def _preflight_failure(spec: str, report: Any, folder: Path) -> str:
             + f". See `chamberlab doctor --model '{spec}'`; --no-preflight runs the matrix anyway")
 
 
-def run_matrix(cells: list[PlannedCell], *, out: Path, concurrency: int = 2,
-               progress: Callable[[str], None] | None = None, **runner: Any) -> dict[str, Any]:
+def run_matrix(cells: list[PlannedCell], *, out: Path, concurrency: int = 2, progress: Any = None,
+               **runner: Any) -> dict[str, Any]:
     """Run every cell the resume rule does not keep under `out`; returns the counts (planned, skipped = kept,
     restarted, retried_engine_error, ran, failed, outcome:<x>, phase_two:<x>), `failures` (cells that raised)
     and `engine_errors` (cells whose latest record is engine_error). `runner` is agent.cell_runner.run_cells'
     keywords (claims, datasheets_dir, client_factory, clock, budget, chamber, clock_for, index, ...): with
-    `clock_for` each cell has its own clock (records then independent of concurrency, byte for byte)."""
+    `clock_for` each cell has its own clock (records then independent of concurrency, byte for byte).
+    `progress`: a firmware_bridge.progress_line.ProgressLine (cells i/N, elapsed, ETA from the cells run now, a
+    kept cell taking no time), or a function given one line per cell run, or None."""
     out = Path(out)
+    line = progress if hasattr(progress, "start") else None
+    began, seen, ran = time.monotonic(), 0, 0
+    if line is not None:
+        line.start("matrix: cells", len(cells))
 
     def said(done: CellDone) -> None:
-        if progress is not None and not done.kept and done.error is None:
-            progress(f"{done.cell.cell_id}: {done.outcome}")
+        nonlocal seen, ran
+        seen, ran = seen + 1, ran + (not done.kept)
+        state = f"failed ({done.error})" if done.error is not None else "kept" if done.kept else done.outcome
+        what = f"{done.cell.cell_id}: {state}"
+        if line is None:
+            if callable(progress) and not done.kept and done.error is None:
+                progress(f"[{seen}/{len(cells)}] {what}")
+            return
+        if done.error is not None:
+            line.say(what)
+        eta = (time.monotonic() - began) / ran * (len(cells) - seen) if ran else None
+        line.update(seen, what, eta_s=eta if seen < len(cells) else 0.0)
+        if seen >= len(cells):
+            line.finish()
 
     report = run_cells(cells, cells_dir=out / "cells", concurrency=concurrency, extractions_dir=out / "extractions",
                        on_cell=said, **runner)
@@ -121,13 +139,15 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
                chamber_token_file: Path | None, inspect_log: bool, say: Callable[[str], None],
                claim_sources: Sequence[str | Path] = (), thinking: str | None = None, effort: str | None = None,
                max_output_tokens: int | None = None, extra_body: str | None = None,
-               temperature: float | None = None, preflight: bool | None = None) -> dict[str, Any]:
+               temperature: float | None = None, preflight: bool | None = None,
+               progress: Any = None) -> dict[str, Any]:
     """Check the request (the --out folder, ids, arms, every model's spec with the option flags and its key, the
     datasheet folder) before any cell runs, preflight each model's endpoint (`preflight`: None = on for every
     model but scripted:*), record the claim pool in `out/claim_pool.json` (with `claim_sources`, the files it
     came from), run the plan into `out` with its index, score it into `out/scores.json` and the index rows; the
     run's counts, the scores' summary (stability in words) and (with `inspect_log`) one inspect-ai eval log per
-    model."""
+    model. `progress`: the cells' progress line (firmware_bridge.progress_line.ProgressLine), else a line per
+    cell through `say`."""
     from agent.extract_job import chamber_for_cells, model_options
     from agent.loop import Budget
     from agent.models import client_for
@@ -167,7 +187,7 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
             run = run_matrix(cells, out=out, claims=claims, datasheets_dir=datasheets_dir,
                              client_factory=lambda spec: client_for(spec, os.environ), clock=time.time,
                              concurrency=concurrency, budget=Budget(max_turns=max_turns, wall_s=wall_s),
-                             sleep=time.sleep, progress=say, chamber=chamber, index=where)
+                             sleep=time.sleep, progress=progress or say, chamber=chamber, index=where)
             scores = score_run([out], out / "scores.json", claims=claims, datasheets_dir=datasheets_dir,
                                prices=price_table, index=where)
             status = "finished"
