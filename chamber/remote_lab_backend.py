@@ -19,6 +19,7 @@ from __future__ import annotations
 import configparser
 import csv
 import io
+import os
 import re
 import threading
 import time
@@ -144,6 +145,16 @@ def read_credentials(path: str | Path) -> tuple[str, str]:
     if missing:
         raise CredentialsError(f"credentials file {where}: [api_keys] has no {' and no '.join(missing)} entry")
     return parser.get("api_keys", "user").strip(), parser.get("api_keys", "password").strip()
+
+
+def write_credentials(path: str | Path, user: str, password: str) -> Path:
+    """The client's `.ini` file for (user, password), readable by its owner only (created so, never widened)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser["api_keys"] = {"user": user, "password": password}
+    where = Path(path)
+    with open(os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+        parser.write(fh)
+    return where
 
 
 def check_mk1_names(names: tuple[str, ...], config: str) -> None:

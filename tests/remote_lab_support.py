@@ -11,7 +11,6 @@ database, and credentials files are written in the client's `[api_keys]` format.
 
 from __future__ import annotations
 
-import configparser
 import secrets
 import tempfile
 import threading
@@ -22,6 +21,8 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 import requests
 import yaml
+
+from chamber.remote_lab_backend import write_credentials  # noqa: F401  (the tests' one credentials writer)
 
 SERVED = ("READY",)
 
@@ -44,14 +45,6 @@ def poll(predicate: Callable[[], Any], timeout: float, what: str, interval: floa
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what}: not within {timeout:g} s (last: {value!r})")
         time.sleep(interval)
-
-
-def write_credentials(path: Path, user: str, password: str) -> Path:
-    ini = configparser.ConfigParser()
-    ini["api_keys"] = {"user": user, "password": password}
-    with open(path, "w", encoding="utf-8") as fh:
-        ini.write(fh)
-    return path
 
 
 def database_url(data_dir: Path, db: str | None = None) -> str:

@@ -285,3 +285,33 @@ class _FillingFile:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
+
+
+def fuzz_operations(app: Any, mode: Any, check_case: Any, examples: int) -> tuple[int, list[str]]:
+    """Schemathesis over `app`'s /openapi.json: for every operation, `examples` generated cases (Hypothesis,
+    derandomized) in `mode`, each handed to `check_case(case)`, which calls and asserts. Returns (operations,
+    labels of those checked): an operation with no invalid request to make is passed over in NEGATIVE mode only.
+    (schemathesis' pytest loader does not work with this pytest, so each operation's strategy is drawn here.)"""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    checked: list[str] = []
+    for operation in operations:
+        @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def run(case: Any) -> None:
+            check_case(case)
+
+        try:
+            run()
+        except Unsatisfiable:
+            if mode is GenerationMode.POSITIVE:
+                raise
+            continue
+        checked.append(operation.label)
+    return len(operations), checked

@@ -12,7 +12,6 @@ tests/postgres_server.py (CI's, or a private one), else the tests skip and say w
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import io
 import json
@@ -33,6 +32,7 @@ import pytest
 
 from postgres_server import fresh_postgres_db, postgres_server  # noqa: F401  (fixtures)
 import remote_lab_support
+from chamber.remote_lab_backend import write_credentials
 from support import PROJECT_ROOT
 
 CHAMBERLAB = str(PROJECT_ROOT / ".venv" / "bin" / "chamberlab")
@@ -221,19 +221,21 @@ def lab_setup(fresh_postgres_db: str, tmp_path: Path) -> Iterator[Processes]:
     """A lab file of four emulated queue chambers, an account in the database, and the processes to kill after."""
     lab_file = tmp_path / "lab.json"
     lab_file.write_text(json.dumps(LAB_FILE), encoding="utf-8")
-    (tmp_path / "password").write_text(PASSWORD + "\n", encoding="utf-8")
-    added = subprocess.run([CHAMBERLAB, "lab", "user", "add", USER, "--password-file", str(tmp_path / "password"),
-                            "--db", fresh_postgres_db], capture_output=True, text=True, timeout=120)
-    assert added.returncode == 0, added.stderr
-    ini = configparser.ConfigParser()
-    ini["api_keys"] = {"user": USER, "password": PASSWORD}
-    with open(tmp_path / "credentials.ini", "w", encoding="utf-8") as fh:
-        ini.write(fh)
+    add_account(fresh_postgres_db, tmp_path)
     processes = Processes(tmp_path, fresh_postgres_db, lab_file)
     try:
         yield processes
     finally:
         processes.kill_all()
+
+
+def add_account(db: str, folder: Path) -> None:
+    """The test's user, added with `lab user add` as an operator would, and its credentials file for the client."""
+    (folder / "password").write_text(PASSWORD + "\n", encoding="utf-8")
+    added = subprocess.run([CHAMBERLAB, "lab", "user", "add", USER, "--password-file", str(folder / "password"),
+                            "--db", db], capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    write_credentials(folder / "credentials.ini", USER, PASSWORD)
 
 
 def client(folder: Path, endpoint: str) -> Any:
@@ -461,15 +463,12 @@ def test_a_real_time_session_reaches_a_chamber_served_by_another_hosts_worker(fr
 
     lab_file = tmp_path / "rt-lab.json"
     lab_file.write_text(json.dumps({"chambers": {"wt-rt": {"board": "emulated:wt", "mode": "real-time"}}}))
-    (tmp_path / "password").write_text(PASSWORD + "\n", encoding="utf-8")
-    added = subprocess.run([CHAMBERLAB, "lab", "user", "add", USER, "--password-file", str(tmp_path / "password"),
-                            "--db", fresh_postgres_db], capture_output=True, text=True, timeout=120)
-    assert added.returncode == 0, added.stderr
+    add_account(fresh_postgres_db, tmp_path)
     procs = Processes(tmp_path, fresh_postgres_db, lab_file)
     try:
         api, ready = procs.api("api")
         worker = procs.worker("worker", "wt-rt")
-        lab = client_with(tmp_path, ready["endpoint"])
+        lab = client(tmp_path, ready["endpoint"])
         poll("wt-rt READY", lambda: chamber_status(lab) == {"wt-rt": "READY"}, 60)
         chamber = Chamber("wt-rt", "standard", credentials=(USER, PASSWORD), endpoint=ready["endpoint"], verbose=0)
         assert chamber.set("load_in", 0.5) is None
@@ -488,8 +487,3 @@ def test_a_real_time_session_reaches_a_chamber_served_by_another_hosts_worker(fr
     finally:
         procs.kill_all()
 
-
-def client_with(folder: Path, endpoint: str) -> Any:
-    from causalchamber.lab import Lab
-
-    return Lab(credentials=(USER, PASSWORD), endpoint=endpoint, verbose=False)

@@ -11,10 +11,7 @@ import threading
 import time
 
 import pytest
-import schemathesis
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from protocols.remote_lab import store
@@ -22,6 +19,7 @@ from protocols.remote_lab.accounts import Accounts
 from protocols.remote_lab.app import create_app
 from protocols.remote_lab.lab_file import demo_lab
 from protocols.remote_lab.service import Workers
+from support import fuzz_operations
 
 EXAMPLES_PER_OPERATION = 10
 AUTH = {"Authorization": "Basic " + base64.b64encode(b"fuzz:fuzz-password").decode()}
@@ -46,33 +44,23 @@ def lab_app(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["positive", "negative"])
 def test_no_server_errors_and_every_refusal_is_the_clients_error_body(lab_app, mode):
-    schema = schemathesis.openapi.from_asgi("/openapi.json", lab_app)
-    operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) >= 10
     with TestClient(lab_app) as client:
         session_id = client.post("/v0/sessions", json={"chamber_id": "wt-rt-1", "chamber_config": "standard"},
                                  headers=AUTH).json()["session_id"]
-        for operation in operations:
-            @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
-                      suppress_health_check=list(HealthCheck))
-            @given(case=operation.as_strategy(generation_mode=mode))
-            def run(case):
-                params = case.path_parameters or {}
-                if "session_id" in params and len(str(params["session_id"])) % 2 == 0:
-                    params["session_id"] = session_id  # half a live session, half unknown ids
-                if "chamber_id" in params and len(str(params["chamber_id"])) % 2 == 0:
-                    params["chamber_id"] = "wt-queue-1"
-                response = case.call(headers=AUTH)
-                assert response.status_code < 500, (
-                    f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}")
-                if response.status_code >= 400:
-                    body = response.json()
-                    assert set(body) == {"message", "request_id", "scheduler_id"} and body["message"], body
-                    assert body["scheduler_id"] == "fuzz-lab"
 
-            try:
-                run()
-            except Unsatisfiable:
-                if mode is GenerationMode.POSITIVE:
-                    raise
-                continue  # an operation with no input has no invalid request to make
+        def check(case):
+            params = case.path_parameters or {}
+            if "session_id" in params and len(str(params["session_id"])) % 2 == 0:
+                params["session_id"] = session_id  # half a live session, half unknown ids
+            if "chamber_id" in params and len(str(params["chamber_id"])) % 2 == 0:
+                params["chamber_id"] = "wt-queue-1"
+            response = case.call(headers=AUTH)
+            assert response.status_code < 500, (
+                f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}")
+            if response.status_code >= 400:
+                body = response.json()
+                assert set(body) == {"message", "request_id", "scheduler_id"} and body["message"], body
+                assert body["scheduler_id"] == "fuzz-lab"
+
+        operations, checked = fuzz_operations(lab_app, mode, check, EXAMPLES_PER_OPERATION)
+    assert operations >= 10 and len(checked) >= (10 if mode is GenerationMode.POSITIVE else 5)

@@ -33,6 +33,7 @@ from protocols.remote_lab import store
 from protocols.remote_lab.accounts import Accounts
 from protocols.remote_lab.lab_file import Lab
 from protocols.remote_lab.validation import InvalidProtocol, check_protocol
+from protocols.remote_lab.worker import LEASE_TTL_S
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
@@ -109,7 +110,7 @@ class BodyCap:
 
 
 def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: str,
-               clock: Callable[[], float] = time.time, lease_ttl: float = 6.0, codebase_version: str = "",
+               clock: Callable[[], float] = time.time, lease_ttl: float = LEASE_TTL_S, codebase_version: str = "",
                call_timeout_s: float = 120.0) -> FastAPI:
     app = FastAPI(title="chamberlab Remote Lab", version="v0", docs_url=None, redoc_url=None)
     basic = HTTPBasic(auto_error=False)

@@ -9,7 +9,6 @@ service's rules; the CLI passes plain values and renders what `on_ready` receive
 
 from __future__ import annotations
 
-import configparser
 import logging
 import os
 import secrets
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from chamber.remote_lab_backend import write_credentials
 from protocols.remote_lab import store
 from protocols.remote_lab.accounts import Accounts, AccountError, read_password_file
 from protocols.remote_lab.lab_file import Lab, demo_lab, load_lab
@@ -53,13 +53,8 @@ def _demo_account(accounts: Accounts, folder: Path) -> Path:
         accounts.remove(DEMO_USER)
     password = secrets.token_urlsafe(12)
     accounts.add(DEMO_USER, password)
-    ini = configparser.ConfigParser()
-    ini["api_keys"] = {"user": DEMO_USER, "password": password}
     folder.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        os.chmod(path, 0o600)
-        ini.write(fh)
-    return path
+    return write_credentials(path, DEMO_USER, password)
 
 
 class Workers:
@@ -112,7 +107,7 @@ class Workers:
         return 3 if unconfirmed else 0
 
 
-def _reaper(engine: Any, stop: threading.Event, clock: Callable[[], float]) -> None:
+def _reaper(engine: Any, stop: threading.Event) -> None:
     while not stop.wait(1.0):
         try:
             for experiment_id in reap(engine, LEASE_TTL_S):
@@ -153,7 +148,7 @@ def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: s
     app = create_app(engine, lab, accounts, scheduler_id=scheduler_id, codebase_version=_version())
     stop = stop or threading.Event()
     workers = Workers(engine, lab, chamber_ids, say).start()
-    reaper = threading.Thread(target=_reaper, args=(engine, stop, time.time), daemon=True, name="lab-reaper")
+    reaper = threading.Thread(target=_reaper, args=(engine, stop), daemon=True, name="lab-reaper")
     reaper.start()
     try:
         with serve_in_thread(app, host=host, port=listen_port) as base:
