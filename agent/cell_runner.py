@@ -297,7 +297,7 @@ def run_cells(
             result = run_cell(claim, model=setup.model(client_factory(cell.model)), datasheet=pdf,
                               record_dir=cells_dir, clock=clock_for(cell) if clock_for is not None else clock,
                               budget=budget, sleep=sleep, tools=setup.tools, chamber=chamber,
-                              surface_version=setup.surface_version, cell=cell.key())
+                              surface_version=setup.surface_version, cell=cell.key(), model_spec=cell.model)
         except Exception as e:  # one broken cell must not stop the others; reported, never scored as a pass
             log.warning("cell %s failed: %s", cell.cell_id, e)
             return CellDone(cell, record, finished_outcome(record), error=f"{type(e).__name__}: {e}")

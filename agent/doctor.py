@@ -107,14 +107,6 @@ def _asks_reasoning(options: Mapping[str, Any]) -> bool:
     return bool(options.get("effort")) or bool(thinking and thinking.get("type") != "disabled")
 
 
-def chat_null_content() -> bool:
-    """Whether the chat client sends an assistant tool-call turn without text as `content: null` (else "")."""
-    from agent.models.openai_http import to_chat_messages
-
-    turn = Message("assistant", [ToolCallBlock("c", "t", {})])
-    return to_chat_messages("", [turn])[-1].get("content") is None
-
-
 def needs_for_run(spec: str) -> set[str]:
     """The probes a run with this `--model` spec depends on: tool calls, a tool result, an assistant tool-call turn
     in the form the client sends it, the run's own tool schema; reasoning when asked for; images unless images=false."""
@@ -122,8 +114,6 @@ def needs_for_run(spec: str) -> set[str]:
     if kind == "scripted":
         return {"client"}
     needs = {"client", "tool_calls", "tool_result", "empty_content_turn", "large_tool_schema"}
-    if kind == "openai-compat" and chat_null_content():
-        needs = needs - {"empty_content_turn"} | {"null_content_turn"}
     if _asks_reasoning(options):
         needs.add("reasoning")
     if options.get("images", True):
@@ -343,24 +333,12 @@ class _Doctor:
 
     def raw_chat(self, body: dict[str, Any]) -> ModelTurn:
         """POST a chat body the client built, with one field changed; parsed by the client's own reader."""
-        from agent.models.openai_http import detect_gateway, parse_chat_response
+        from agent.models.openai_http import _headers, _post, detect_gateway, parse_chat_response
 
-        url = f"{self.client.base_url}/chat/completions"
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
-        try:
-            resp = self.http.post(url, json=body, headers=headers, timeout=self.timeout_s)
-        except httpx.TransportError as e:  # a timeout is one
-            kind = "timeout" if isinstance(e, httpx.TimeoutException) else "connection"
-            raise ModelError(kind, f"POST {url} failed: {type(e).__name__}: {e}") from e
-        if resp.status_code >= 400:
-            raise ModelError("http", f"{server_message(resp.text)} (HTTP {resp.status_code} from POST "
-                             f"{httpx.URL(url).path})", http_status=resp.status_code, body=resp.text[:65536])
-        try:
-            data = resp.json()
-        except ValueError as e:
-            raise ModelError("protocol", f"POST {url}: expected a JSON body, got {resp.text[:200]!r}") from e
-        message, stop, raw_stop, usage, _ = parse_chat_response(data, detect_gateway(resp.headers))
-        return self._keep(ModelTurn(message, stop, raw_stop, usage, http_status=resp.status_code))
+        data, status, _, headers = _post(self.http, f"{self.client.base_url}/chat/completions", body,
+                                         _headers(self.key), self.timeout_s)  # the client's own POST and errors
+        message, stop, raw_stop, usage, _ = parse_chat_response(data, detect_gateway(headers))
+        return self._keep(ModelTurn(message, stop, raw_stop, usage, http_status=status))
 
     # -- probes
     def p_tool_calls(self) -> _Verdict:
@@ -380,17 +358,13 @@ class _Doctor:
         return _Verdict("pass", f"accepted; the model then answered {_said(turn)}")
 
     def p_empty_content_turn(self) -> _Verdict:
-        request = self.request(self._call_turn(""), [ADD])
-        if self.chat and chat_null_content():  # the client sends null: this probe sends "" on its own
-            self.raw_chat(_assistant_content(self.client.build_body(request), ""))  # type: ignore[attr-defined]
-            return _Verdict("pass", "content \"\" accepted (this client sends null: see null_content_turn)")
-        self.complete(request)
+        self.complete(self.request(self._call_turn(""), [ADD]))  # the chat client sends content "" (never null)
         return _Verdict("pass", "an assistant tool-call turn without text accepted" + (' (content "")' * self.chat))
 
     def p_null_content_turn(self) -> _Verdict:
         if not self.chat:
             return _Verdict("not_applicable", f"{self.client.transport} has no content:null form")
-        sends_null, request = chat_null_content(), self.request(self._call_turn(""), [ADD])
+        request = self.request(self._call_turn(""), [ADD])
         body = _assistant_content(self.client.build_body(request), None)  # type: ignore[attr-defined]
         try:
             self.raw_chat(body)
@@ -398,9 +372,6 @@ class _Doctor:
             if e.kind not in ("http", "protocol"):
                 raise
             what = f"the server refuses `content: null` beside tool_calls ({one_line(str(e), 160)})"
-            if sends_null:
-                return _Verdict("fail", f"{what}; this client sends null: every cell fails on turn 2",
-                                "send content \"\" on assistant tool-call turns (agent/models/openai_http.py)")
             return _Verdict("fail", f"{what}: a strict request schema (llama-cpp-python); chamberlab sends \"\"",
                             "none needed for chamberlab runs; other clients sending null fail on turn 2", True)
         return _Verdict("pass", "content null beside tool_calls accepted")

@@ -466,6 +466,7 @@ def run_cell(
     run_id: str | None = None,
     tools: list[Tool] | None = None,
     surface_version: str | None = None,
+    model_spec: str | None = None,
     cell: CellKey | None = None,
 ) -> CellResult:
     """Run one cell end to end and return its outcome; the record is `<record_dir>/<run_id>.jsonl`.
@@ -491,6 +492,7 @@ def run_cell(
     config = {"budget": asdict(budget), "chamber": chamber.base_url if chamber is not None else None,
               "model_options": dict(model.options),
               "model_endpoint": model.base_url,
+              "model_spec": model_spec,  # the --model string as given (scoring groups by it)
               "phase_two": "enabled" if chamber is not None else "skipped"}
     with RecordWriter(Path(record_dir), run_id, clock) as writer:
         cell = _Cell(claim, model, tools, surface_version or "unversioned", writer, chamber, budget, clock, sleep,

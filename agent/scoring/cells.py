@@ -112,8 +112,11 @@ def recorded_spec(start: RunStart) -> str:
     """The full model spec a record was made with, from run_start: `<provider>:<endpoint>#<model>` when the
     client called an endpoint, else the model, then `?<option>=<JSON>&...` for the client's options (as sent:
     e.g. a chat-completions temperature inside extra_body). Cells of one model name at another endpoint or with
-    other options are another spec, and are scored apart."""
+    other options are another spec, and are scored apart. A cell run from a plan recorded the --model string
+    itself (`model_spec`), the same string the run index holds: that is used; the rest is for older records."""
     config = start.config or {}
+    if config.get("model_spec"):
+        return str(config["model_spec"])
     endpoint = config.get("model_endpoint")
     spec = f"{start.provider}:{endpoint}#{start.model}" if endpoint else start.model
     pairs: list[str] = []

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 from agent.scoring import report_chamber_figures as chamber_figs
 from agent.scoring import report_figures as figs
 from agent.scoring.report_format import cell, number, places_of, verdict_places, with_u
+from agent.scoring.score import model_group
 from agent.scoring.report_git import SourceState, read_source_state
 from agent.scoring.report_render import render_html, render_markdown
 from agent.scoring.report_run import (caveat, calibration_blocks, first_verdict_budget, measured_text,
@@ -229,11 +230,11 @@ def _sweep_blocks(sweep: dict[str, Any] | None, figs_dir: Path) -> tuple[list[Bl
 
 def _model_arm_blocks(rows: list[dict[str, Any]]) -> list[Block]:
     """Model × arm: per model (rows) and arm (columns), fidelity passed of scored cells and detector flags."""
-    models = sorted({str(r["model"]) for r in rows})
+    models = sorted({model_group(r) for r in rows})
     arms = sorted({str(r["arm"]) for r in rows})
     tally: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        tally[(str(r["model"]), str(r["arm"]))].append(r)
+        tally[(model_group(r), str(r["arm"]))].append(r)
 
     def text(group: list[dict[str, Any]]) -> str:
         if not group:
@@ -334,7 +335,7 @@ def _agent_blocks(scores: dict[str, Any] | None, how: str, figs_dir: Path) -> tu
     shown = rows[:500]
     blocks.append(("table", ["claim", "model", "arm", "repeat", "outcome", "fidelity", "flags", "latency (s)",
                              "cost (price table's currency)"],
-                   [[r["claim_id"], r["model"], r["arm"], cell(r.get("repeat")), r["outcome"],
+                   [[r["claim_id"], model_group(r), r["arm"], cell(r.get("repeat")), r["outcome"],
                      cell(r["fidelity"].get("passed")), ", ".join(r["flags"]) or "—",
                      number(r.get("latency_s"), places=1),
                      "not priced" if r.get("cost") is None else number(r.get("cost"), places=4)] for r in shown]))

@@ -47,6 +47,11 @@ class _Inputs:
     checks: dict[str, dict[str, Any]]
 
 
+
+def model_group(row: dict[str, Any]) -> str:
+    """What a scored cell is grouped by: its full model spec (endpoint and options), else the model name."""
+    return str(row.get("model_spec") or row["model"])
+
 def _collect(paths: Iterable[Path]) -> _Inputs:
     inp = _Inputs([], [], [], {})
     for p in map(Path, paths):
@@ -209,7 +214,7 @@ def _stability_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[bo
     for r in rows:
         if r.get("repeat") is None:
             continue
-        verdicts = groups[f"{r.get('model_spec') or r['model']}|{r['arm']}"].setdefault(r["claim_id"], [])
+        verdicts = groups[f"{model_group(r)}|{r['arm']}"].setdefault(r["claim_id"], [])
         if r["outcome"] == "submitted":
             verdicts.append(bool(r["fidelity"].get("passed")))
     return dict(sorted(groups.items()))
@@ -261,9 +266,9 @@ def archive_summary(rows: list[dict[str, Any]], gold_files: list[Path]) -> dict[
     out["clean_cells_total"] = len(clean)
     out["clean_cells_flagged"] = sum(1 for r in clean if r["flags"])
     out["clean_cells_flagged_bound"] = count_with_bound(out["clean_cells_flagged"], len(clean), "cells")
-    groups = {(r["claim_id"], r["model"]) for r in clean}
+    groups = {(r["claim_id"], model_group(r)) for r in clean}
     out["clean_claim_model_groups"] = count_with_bound(
-        len({(r["claim_id"], r["model"]) for r in clean if r["flags"]}), len(groups), "claim-by-model groups")
+        len({(r["claim_id"], model_group(r)) for r in clean if r["flags"]}), len(groups), "claim-by-model groups")
     matrix = [r for r in arch if r["role"] == "matrix" and r["arm"] == "normal" and r["detector"]["evaluated"]]
     out["matrix_agentic_fidelity_passing"] = len(matrix)
     out["matrix_agentic_process_flags"] = sum(
