@@ -181,6 +181,8 @@ class Provenance(BaseModel):
     station: str | None
     limits: str | None
     claims_sources: list[str]
+    git_commit: str | None = None  # the code the run was made with (None: no git where it ran)
+    git_dirty: bool | None = None  # uncommitted changes in that tree (None: unknown)
 
 
 def software_version() -> str:
@@ -194,8 +196,13 @@ def software_version() -> str:
 def provenance(folder: RunFolder, *, finished: datetime, seed: int | None, model: str | None,
                chambers: list[dict[str, Any]], station: str | None, limits: str | None,
                claims_sources: list[str]) -> dict[str, Any]:
-    """The run's provenance as summary["provenance"] holds it (validated, then plain JSON types)."""
-    return Provenance(software_version=software_version(), started_utc=_iso(folder.started),
+    """The run's provenance as summary["provenance"] holds it (validated, then plain JSON types), with the git
+    commit of the code that made it, so a report written later names the run's code, not its own."""
+    from agent.scoring.report_git import UNKNOWN, read_source_state
+
+    source = read_source_state()
+    return Provenance(git_commit=None if source.commit == UNKNOWN else source.commit, git_dirty=source.dirty,
+                      software_version=software_version(), started_utc=_iso(folder.started),
                       finished_utc=_iso(finished), seconds=round((finished - folder.started).total_seconds(), 1),
                       seed=seed, model=model, chambers=[ChamberProvenance(**c) for c in chambers],
                       station=station, limits=limits, claims_sources=claims_sources).model_dump(mode="json")

@@ -57,6 +57,9 @@ def test_run_writes_one_directory_with_report_records_and_index(tmp_path: Path):
     assert sorted(c["kind"] for c in prov["chambers"]) == ["lt", "wt"]
     assert all(c["emulated"] and c["port"].startswith("/dev/") and c["config"] for c in prov["chambers"])
     assert prov["claims_sources"] == ["protocols/data/claims", "protocols/data/chamber_parts"]
+    from agent.scoring.report_git import read_source_state  # the run records the code it was made with
+
+    assert prov["git_commit"] == read_source_state().commit and isinstance(prov["git_dirty"], bool)
     assert json.loads((run_dir / "summary.json").read_text())["provenance"] == prov
     assert summary["live_view"].startswith("http://127.0.0.1:")  # the grading could be watched live
     assert summary["link"]["wt"]["crc_failures"] == 0 and summary["link"]["wt"]["segments_received"] > 0

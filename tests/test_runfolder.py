@@ -86,7 +86,7 @@ def test_provenance_has_the_report_shape(tmp_path: Path):
                                                            "config": "standard"}],
                        station=None, limits=None, claims_sources=["protocols/data/claims"])
     assert set(p) == {"software_version", "started_utc", "finished_utc", "seconds", "seed", "model", "chambers",
-                      "station", "limits", "claims_sources"}
+                      "station", "limits", "claims_sources", "git_commit", "git_dirty"}
     assert p["started_utc"] == "2026-12-01T04:51:17+00:00" and p["finished_utc"] == "2026-12-01T04:51:39+00:00"
     assert p["seconds"] == 22.5 and p["software_version"] == "0.1.0"
     with pytest.raises(ValueError, match="kind"):

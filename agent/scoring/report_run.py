@@ -54,7 +54,7 @@ def _model(prov: dict[str, Any], summary: dict[str, Any], cells: list[dict[str, 
 
 def _commit(prov: dict[str, Any], source: SourceState | None) -> str:
     """The run's git commit as its provenance recorded it, else the report writer's (said to be so), else unknown."""
-    recorded = prov.get("git_commit") or prov.get("commit")
+    recorded = prov.get("git_commit")
     if recorded:
         dirty = prov.get("git_dirty")
         return SourceState(str(recorded), dirty if isinstance(dirty, bool) else None).text()
