@@ -7,10 +7,9 @@ layout, the shell) and a test can call them with a chamber and streams of its ow
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from chamber.errors import ChamberError
 
@@ -139,22 +138,6 @@ class ShellEnd:
     script_failed: bool = False  # a piped script stopped at a refused or failed line
 
 
-@contextmanager
-def _ctrl_c(on_sigint: Callable[[int, Any], None]) -> Iterator[None]:
-    """While inside (main thread only: elsewhere Python delivers no signals): SIGINT calls `on_sigint`."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, history: Path, *,
               chunk_rows: int = 25, csv: bool = False) -> ShellEnd:
     """The interactive prompt (or a piped script) until quit, end of input or Ctrl-C. Rows go to `stdout` as
@@ -165,8 +148,10 @@ def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, histo
     terminal, returns to the prompt; a second Ctrl-C while it stops, or one at the prompt, leaves. A piped script
     ends at the first Ctrl-C (there is no prompt to return to) and at the first refused or failed line (the
     lines after it were written for a chamber in another state)."""
+    import signal
+
     from chamber.shell import RowView, Shell
-    from chamber.stop import StopRequest
+    from chamber.stop import StopRequest, handled_by
 
     def write_row(text: str) -> None:
         stdout.write(text + "\n")
@@ -199,7 +184,7 @@ def run_shell(chamber: Any, stdin: TextIO, stdout: TextIO, stderr: TextIO, histo
         raise KeyboardInterrupt("SIGINT")  # at the prompt, or the operator insists
 
     try:
-        with _ctrl_c(on_sigint):
+        with handled_by(on_sigint, (signal.SIGINT,)):
             while True:
                 try:
                     line = prompt() if interactive else stdin.readline()

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from chamber.errors import ChamberError
 from chamber.frame import Frame
+from chamber.public_csv import PublicCsvWriter
 from chamber.protocol_language import (
     EXPECTED,
     MeasureInstruction,
@@ -75,10 +76,27 @@ def _value(v: float) -> str:
     return "-" if v != v else f"{v:g}"
 
 
+class _LineSink:
+    """A text stream whose complete lines go to `write` (what PublicCsvWriter writes, line by line)."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write, self._pending = write, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._write(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 class RowView:
     """Rows on a text sink as they arrive. Compact (default): `counter`, the variables set this session, then the
     chosen sensors, each column aligned under its name; the header is written again only when the columns
-    change. CSV (`csv`): every column, the header once."""
+    change. CSV (`csv`): the public dataset layout `chamber run` writes (chamber.public_csv: timestamp, config,
+    every variable as the authors' host writes it), the header once, so a piped shell's rows feed `sim fit`."""
 
     def __init__(self, names: Sequence[str], write: Callable[[str], None], *, kind: str = "wt", csv: bool = False):
         self.names, self.write, self.csv = tuple(names), write, csv
@@ -86,6 +104,7 @@ class RowView:
         self.chosen: list[str] = [n for n in DEFAULT_SENSORS.get(kind, ()) if n in self.names]
         self._default = list(self.chosen)
         self._header: tuple[str, ...] | None = None  # the columns whose header was written last
+        self._csv = PublicCsvWriter(_LineSink(write))  # type: ignore[arg-type]
 
     def columns(self) -> tuple[str, ...]:
         if self.csv:
@@ -109,16 +128,17 @@ class RowView:
         return "columns: " + ", ".join(self.columns())
 
     def rows(self, frame: Frame) -> None:
+        if self.csv:
+            self._csv.write_frame(frame)
+            return
         columns = self.columns()
         index = [frame.names.index(n) for n in columns]
         widths = [max(len(n), MIN_WIDTH) for n in columns]
         if columns != self._header:
             self._header = columns
-            self.write(",".join(columns) if self.csv else " ".join(n.rjust(w) for n, w in zip(columns, widths)))
+            self.write(" ".join(n.rjust(w) for n, w in zip(columns, widths)))
         for row in frame.values.tolist():
-            cells = [_value(row[i]) for i in index]
-            self.write(",".join("" if c == "-" else c for c in cells) if self.csv else
-                       " ".join(c.rjust(w) for c, w in zip(cells, widths)))
+            self.write(" ".join(_value(row[i]).rjust(w) for i, w in zip(index, widths)))
 
 
 class Shell:

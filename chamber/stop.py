@@ -42,7 +42,7 @@ class StopRequest:
 
 
 @contextmanager
-def _handled_by(handler: Callable[[int, Any], None], signals: tuple[signal.Signals, ...]) -> Iterator[bool]:
+def handled_by(handler: Callable[[int, Any], None], signals: tuple[signal.Signals, ...]) -> Iterator[bool]:
     """While inside: `handler` handles `signals`, the previous handlers restored on exit. Yields False (and changes
     nothing) outside the main thread, where Python delivers no signals."""
     if threading.current_thread() is not threading.main_thread():
@@ -67,7 +67,7 @@ def stop_on_signals(stop: StopRequest | None = None) -> Iterator[StopRequest]:
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
         stop.request(signal.Signals(signum).name)
 
-    with _handled_by(handler, STOP_SIGNALS):
+    with handled_by(handler, STOP_SIGNALS):
         yield stop
 
 
@@ -78,7 +78,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def handler(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    with _handled_by(handler, (signal.SIGTERM,)):
+    with handled_by(handler, (signal.SIGTERM,)):
         yield
 
 
@@ -103,7 +103,7 @@ def signals_deferred(what: str = "the chamber is being made safe") -> Iterator[l
     if _deferring:
         yield received
         return
-    with _handled_by(handler, STOP_SIGNALS) as installed:
+    with handled_by(handler, STOP_SIGNALS) as installed:
         _deferring = installed
         try:
             yield received

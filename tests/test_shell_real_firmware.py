@@ -104,7 +104,8 @@ def test_ctrl_c_during_an_msr_returns_to_the_prompt_and_quit_leaves_the_fan_off(
         verdict = proxy.record.verdict()
         assert verdict.safe, f"{verdict.reason}\n{proxy.record.tail(30)}"
         rows = "".join(output.out).splitlines()
-        assert rows[0].startswith("counter,") and sum(r.startswith("counter,") for r in rows) == 1  # header once
+        header = "timestamp,config,counter,"  # the public dataset layout, the header once
+        assert rows[0].startswith(header) and sum(r.startswith(header) for r in rows) == 1
         assert len(rows) == 1 + got
 
 

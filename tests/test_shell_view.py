@@ -67,8 +67,9 @@ def test_csv_on_shows_every_column_with_the_header_once():
     shell.execute("csv on")
     shell.execute("MSR,2,0")
     shell.execute("MSR,2,0")
-    assert lines[0].startswith("counter,flag,intervention,hatch") and len(lines[0].split(",")) == 35
-    assert len(lines) == 5 and all(len(x.split(",")) == 35 for x in lines)
+    assert lines[0].startswith("timestamp,config,counter,flag,intervention,hatch")  # the public dataset layout
+    assert len(lines) == 5 and all(len(x.split(",")) == 37 for x in lines)
+    assert all(x.split(",")[1] == "standard" for x in lines[1:])
 
 
 def test_vars_marks_kind_and_unit_and_a_set_on_a_sensor_warns_that_it_overrides_the_reading():
