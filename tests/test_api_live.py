@@ -68,6 +68,8 @@ def test_ring_keeps_the_latest_rows_with_their_sequence_numbers():
     assert snap["rows"][-1]["values"] == {"a": None}
     assert snap["chambers"]["wt"]["rows"] == 8
     assert [r["seq"] for r in feed.snapshot(since=7)["rows"]] == [8]
+    assert feed.snapshot(since=8)["rows"] == [] and [r["seq"] for r in feed.snapshot(since=2)["rows"]] == [4, 5, 6,
+                                                                                                         7, 8]
 
 
 def test_refused_setting_never_reaches_the_feed(wt):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import threading
@@ -95,17 +96,14 @@ class LiveFeed:
             entry["state"], entry["updated_at"] = _clean(state), self._clock()
         self._changed()
 
-    def record_rows(self, kind: str, names: tuple[str, ...], values: Any, timestamps: Any, *,
-                    pace: bool = True) -> None:
+    def record_rows(self, kind: str, names: tuple[str, ...], values: Any, timestamps: Any) -> None:
         """Rows just measured on `kind` (values: rows x names, NaN for unset; timestamps: wall-clock seconds);
-        only sensor columns are kept. `pace`: the block is a whole MSR, whose span tells the chamber's pace."""
+        only sensor columns are kept. The chamber's pace comes from whole MSRs (record_pace)."""
         with self._lock:
             entry = self._chambers.setdefault(kind, {"config": None, "sensors": [], "state": {}, "rows": 0})
             sensors = [s["name"] for s in entry["sensors"]]
             index = [names.index(s) for s in sensors if s in names]
             total = int(values.shape[0])
-            if pace:
-                self._note_pace(kind, timestamps)
             entry["rows"] += total
             entry["updated_at"] = self._clock()
             self._seq += total
@@ -176,7 +174,8 @@ class LiveFeed:
     def snapshot(self, since: int = 0) -> dict[str, Any]:
         """Everything, with only the rows whose sequence number is above `since` (0: the whole ring)."""
         with self._lock:
-            rows = [r for r in self._rows if r["seq"] > since]
+            new = min(len(self._rows), max(0, self._seq - since))  # seq is contiguous in the ring: the last `new`
+            rows = list(itertools.islice(self._rows, len(self._rows) - new, None))
             claim = None if self._claim is None else dict(self._claim)
             if claim is not None and claim.get("id") in self._verdicts:
                 claim["result"] = dict(self._verdicts[claim["id"]])
@@ -286,7 +285,7 @@ class RowTap:
         values = np.frombuffer(data, dtype="<f4").reshape(count, width).astype(np.float64)
         stamps = np.full(count, float(stamp))
         for sink in self._sinks:
-            sink.feed.record_rows(sink.kind, self._names, values, stamps, pace=False)
+            sink.feed.record_rows(sink.kind, self._names, values, stamps)
             sink.shown += count
 
 
@@ -346,7 +345,7 @@ class LiveChamber:
         names, values, stamps = tuple(frame.names), frame.values, frame.host_timestamps
         for sink in sinks:
             if sink.shown < len(values):  # rows not seen on the link (no serial session, or a reconnect)
-                sink.feed.record_rows(sink.kind, names, values[sink.shown:], stamps[sink.shown:], pace=False)
+                sink.feed.record_rows(sink.kind, names, values[sink.shown:], stamps[sink.shown:])
             sink.feed.record_pace(sink.kind, stamps)
         return frame
 
