@@ -256,17 +256,11 @@ class RowMeter:
         self.ended = False
 
     def __call__(self, p: Any) -> None:
-        from chamber.protocol_runner import format_duration
-
         if self.ended:
             return
         if not self.line.open:
             self.line.start(f"{self.label}: rows", p.rows_total)
-        rate = f"{p.rate:.1f} rows/s" if p.rate else ""
-        where = f"line {p.line}: {p.instruction}" if p.line is not None else ""
-        if p.waiting_s:
-            where += f" (waiting {format_duration(p.waiting_s)})"
-        note = ", ".join(x for x in (rate, where) if x)
+        note = p.note()
         long_wait = not self.line.tty and p.waiting_s >= self.line.every  # a WAIT of a calm interval or more
         self.line.update(p.rows_done, note, total=p.rows_total, eta_s=p.eta_s, force=long_wait)
         if p.rows_done >= p.rows_total and not p.waiting_s and not p.eta_s:  # every row, no WAIT left

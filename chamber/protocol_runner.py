@@ -50,14 +50,13 @@ class Progress:
     instruction: str = ""
     waiting_s: float = 0.0  # > 0: a WAIT of this length starts now (a long step of its own)
 
-    def render(self) -> str:
-        rate = f"{self.rate:.1f} rows/s" if self.rate else "— rows/s"
-        eta = format_duration(self.eta_s) if self.eta_s is not None else "—"
-        where = f" line {self.line}: {self.instruction}" if self.line is not None else ""
+    def note(self) -> str:
+        """The rate and where the run is (rows, i/N, elapsed and ETA are the progress line's own)."""
+        rate = f"{self.rate:.1f} rows/s" if self.rate else ""
+        where = f"line {self.line}: {self.instruction}" if self.line is not None else ""
         if self.waiting_s:
             where += f" (waiting {format_duration(self.waiting_s)})"
-        pct = f" ({100 * self.rows_done / self.rows_total:.0f} %)" if self.rows_total else ""
-        return f"{self.rows_done}/{self.rows_total} rows{pct}, {rate}, ETA {eta}{where}"
+        return ", ".join(x for x in (rate, where) if x)
 
 
 def format_duration(seconds: float) -> str:

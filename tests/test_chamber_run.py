@@ -341,7 +341,7 @@ def test_chamber_shell_from_a_pipe_applies_the_safe_state_on_exit(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "OK hatch=20" in proc.stderr and "safe state wt: load_in=0, load_out=0, hatch=0" in proc.stderr
-    assert proc.stdout.startswith("counter,flag,intervention,hatch")
+    assert proc.stdout.startswith("timestamp,config,counter,flag,intervention,hatch")  # the public layout
 
 
 def test_an_operator_command_reads_its_limits_file_once_and_leaves_the_chamber_in_its_safe_section(
