@@ -8,6 +8,8 @@ left out WAIT_INPUT and comments, and a refused line in a piped script still exi
 
 from __future__ import annotations
 
+import time
+
 import io
 import subprocess
 import sys
@@ -102,7 +104,9 @@ def test_a_stop_request_ends_an_msr_after_its_chunk_and_a_wait_at_once():
     waits = Shell(shell.chamber)  # the stop request's own wait
     stop = StopRequest()
     stop.request("SIGINT")
+    started = time.monotonic()
     assert waits.execute("WAIT,60000", stop).text == "WAIT of 60000 ms cut short"
+    assert time.monotonic() - started < 1.0  # cut short at once, not after the 60 s
 
 
 def run_script(script: str, *extra: str) -> subprocess.CompletedProcess:
