@@ -51,7 +51,6 @@ class ServerFaults:
     guided_masks_tools: bool = False  # vLLM: response_format + tools -> a fluent answer, no tool call, 200
     drop_reasoning: bool = False  # reasoning asked for, none returned
     repeat_tool_token_over_schema_chars: int | None = None  # tools JSON longer than this -> token loop, "length"
-    reject_pdf: bool = False  # a file / document content part -> HTTP 400
     reject_images: bool = False  # an image_url content part -> HTTP 400
     no_usage: bool = False  # no `usage` in the reply
     ignore_tool_choice: bool = False  # a named or "none" tool_choice is not honoured
@@ -119,8 +118,6 @@ def _reject(faults: ServerFaults, body: dict[str, Any]) -> tuple[int, dict[str, 
         if error is not None:
             return 500, error
     parts = _parts(body)
-    if faults.reject_pdf and any(p.get("type") in ("file", "input_file", "document") for p in parts):
-        return _vllm_error("Unknown part type: file; this server takes text and image_url parts only")
     if faults.reject_images and any(p.get("type") in ("image_url", "input_image") for p in parts):
         return _vllm_error("image input is not supported by this model (no multimodal projector loaded)")
     return None

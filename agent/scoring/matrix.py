@@ -40,7 +40,13 @@ class PreflightFailed(MatrixRefused):
 
 
 def is_scripted(spec: str) -> bool:
-    return spec.strip().startswith("scripted:")
+    """A scripted model (in process, no endpoint to check): as parse_model_spec reads the spec."""
+    from agent.models import parse_model_spec, split_model_options
+
+    try:
+        return parse_model_spec(split_model_options(spec)[0])[0] == "scripted"
+    except ValueError:  # an unknown spec: refused where the cells are planned, with its own message
+        return False
 
 
 def model_specs(models: Sequence[str], options: Mapping[str, Any]) -> list[str]:
@@ -64,8 +70,8 @@ def preflight_models(specs: Sequence[str], labels: Mapping[str, str], out: Path,
         if is_scripted(spec):
             continue
         folder = out / "preflight" / slug(labels[spec])  # a file-safe label (vLLM names hold "/")
-        report = doctor.preflight(spec, out_dir=folder, environ=os.environ, needs=doctor.needs_for_run(spec),
-                                  progress=say, timeout_s=timeout_s)
+        report = doctor.preflight(spec, out_dir=folder, environ=os.environ, progress=say,  # needs: the run's own
+                                  timeout_s=timeout_s)
         done[labels[spec]] = {"ok": bool(report.ok), "evidence": str(folder)}
         if not report.ok:
             raise PreflightFailed(_preflight_failure(spec, report, folder))
