@@ -212,50 +212,53 @@ def write_sweep_csv(result: SweepResult, path: Path) -> Path:
     return path
 
 
-_COLOURS = {"pass": "#2e7d32", "inconclusive": "#f9a825", "fail": "#c62828", "error": "#616161"}
+VERDICT_COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#ef8f00", "error": "#616161"}
+"""One colour per verdict, for every figure that marks verdicts (this sweep, the report's figures and tables)."""
 
 
 def sweep_figure(result: SweepResult) -> Any:
     """The sweep as a matplotlib Figure (Agg canvas, no pyplot state): the signed distance d at each stated bound.
 
-    x: the stated bound in the claim's unit, in path order (left to right); y: d in the claim's unit, with the
-    band |d| ≤ c, the measurement m marked on x, and each step's verdict as the background colour. Both axes
-    show plain values (no offset label such as "+9.452e2" — a reader must not have to add it back) and every
-    text is at least 8 pt.
+    x: the stated bound in the claim's unit, increasing to the right whichever way the sweep moved (the title says
+    which); y: d in the claim's unit, with the lines d = ±c, the measurement m marked on x, and each step a solid
+    point in its verdict's colour, every colour named in the legend, which sits beside the plot so it hides no
+    point. Both axes show plain values (no offset label such as "+9.452e2" — a reader must not have to add it
+    back) and every text is at least 8 pt.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
     from matplotlib.ticker import ScalarFormatter
 
-    fig = Figure(figsize=(7.5, 4.4))
+    fig = Figure(figsize=(8.6, 4.4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     xs = [float(r.bound) for r in result.rows]
     ds = [float(r.distance) for r in result.rows]
     m, c = float(result.measured_value), float(result.combined_uncertainty)
-    edges = [xs[0] - (xs[1] - xs[0]) / 2] + [(a + b) / 2 for a, b in zip(xs, xs[1:])] + [xs[-1] + (xs[-1] - xs[-2]) / 2]
-    for lo, hi, r in zip(edges, edges[1:], result.rows):
-        ax.axvspan(lo, hi, color=_COLOURS.get(r.verdict, "#9e9e9e"), alpha=0.18, linewidth=0)
-    ax.axhspan(-c, c, color="#1565c0", alpha=0.12, label=f"|d| ≤ c (c = {result.combined_uncertainty} {result.unit})")
+    ax.plot(xs, ds, color="#9e9e9e", linewidth=0.8, zorder=1)
+    for verdict in ("pass", "inconclusive", "fail", "error"):
+        at = [i for i, r in enumerate(result.rows) if r.verdict == verdict]
+        if at:
+            ax.scatter([xs[i] for i in at], [ds[i] for i in at], color=VERDICT_COLOURS[verdict], s=16, zorder=3,
+                       label=verdict)
+    ax.axhline(c, color="#1565c0", linestyle="--", linewidth=1, label=f"d = ±c (c = {result.combined_uncertainty} "
+                                                                      f"{result.unit})")
+    ax.axhline(-c, color="#1565c0", linestyle="--", linewidth=1)
     ax.axvline(m, color="#1565c0", linewidth=1.2, label=f"m = {result.measured_value} {result.unit}")
-    ax.plot(xs, ds, color="black", linewidth=1.0, marker="o", markersize=3, label="d at each step")
     flips = [i for i, r in enumerate(result.rows) if r.flip_point]
-    ax.plot([xs[i] for i in flips], [ds[i] for i in flips], linestyle="none", marker="D", color="#6a1b9a",
-            markersize=6, label="flip points (bound = m ± c)")
-    handles, _labels = ax.get_legend_handles_labels()
-    handles += [Patch(color=_COLOURS[k], alpha=0.3, label=k) for k in ("pass", "inconclusive", "fail")]
-    ax.legend(handles=handles, fontsize=8, loc="best")
+    ax.plot([xs[i] for i in flips], [ds[i] for i in flips], linestyle="none", marker="D", markerfacecolor="none",
+            markeredgecolor="#6a1b9a", markersize=8, label="flip points (bound = m ± c)", zorder=4)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     stated = "stated value" if result.bound_name == "value" else f"stated {result.bound_name} bound"
     ax.set_xlabel(f"{stated} ({result.unit})", fontsize=9)
     ax.set_ylabel(f"signed distance d ({result.unit})", fontsize=9)
-    ax.set_title(f"{result.claim_id}: verdict as the {stated} moves through m", fontsize=10)
+    moved = "up" if xs[-1] >= xs[0] else "down"
+    ax.set_title(f"{result.claim_id}: the {stated} moved {moved} through m (x increases to the right)", fontsize=10)
     for axis in (ax.xaxis, ax.yaxis):
         plain = ScalarFormatter(useOffset=False)
         plain.set_scientific(False)
         axis.set_major_formatter(plain)
     ax.tick_params(labelsize=8.5)
-    ax.set_xlim(edges[0], edges[-1])  # edges run in path order: a shrinking bound reads left to right
     fig.tight_layout()
     return fig
 

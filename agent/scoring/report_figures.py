@@ -17,12 +17,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from protocols.sweep import VERDICT_COLOURS  # one colour per verdict: every figure and the tables' cell colours
+
 #: every text in every figure is at least this size on the page (the SVG is shown at its own size)
 FONT_PT = 10.0
 #: the widest figure, in inches: the HTML page holds it without scaling it (and its text) down
 MAX_WIDTH_IN = 7.5
-#: verdict colours, shared by every figure and the tables' cell colours
-VERDICT_COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#ef8f00", "error": "#616161"}
 
 
 def new_figure(width: float = 7.0, height: float = 3.6) -> Any:
