@@ -8,6 +8,9 @@ overflow, timeouts, HTTP errors, budgets — becomes an explicit `run_end` outco
 model delivered its answer through the tool; nothing here scores it. A reply that shows a serving-stack fault
 instead (a tool call written as text, a tool-call token repeated to the output limit, neither a call nor an
 answer: agent/models/text_calls.py) ends the run under that outcome; a call found in text is never executed.
+A datasheet that cannot be read (damaged, encrypted, image only: agent.datasheet's DocumentUnreadable) is not the
+model's doing either: the run ends `document_unreadable` with the reason, before the model is asked when the
+surface's DOCUMENT_PROBE says so, else as soon as a tool (or the single-pass request) meets it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from agent.prompt import (
     system_prompt,
 )
 from agent.record import (
+    DOCUMENT_UNREADABLE,
     Attempt,
     CellKey,
     ModelTurnEvent,
@@ -68,6 +72,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOOL_SURFACE_NAME = "chamberlab-datasheet"
+DOCUMENT_PROBE = "build_datasheet"
+"""The phase-one tool the loop asks once, before the first model turn, whether the document the surface reads can
+be read at all: it takes no argument and answers from the opened document alone. An arm that offers no such tool
+(closed-book, withhold-navigation) or answers it empty (null-tool) reads no document, so nothing is probed."""
+
+
+def unreadable_document(result: ToolResult) -> bool:
+    """Does a tool's refusal say the whole document cannot be read (its error_type one of agent.datasheet's
+    DocumentUnreadable classes), rather than that this call was wrong?"""
+    if not result.is_error or result.error_type is None:
+        return False
+    from agent.datasheet.document import unreadable_error_types
+
+    return result.error_type in unreadable_error_types()
+
+
+def _is_unreadable(error: Exception) -> bool:
+    """Is `error` agent.datasheet's DocumentUnreadable (raised while building a request that carries the document)?"""
+    from agent.datasheet.document import DocumentUnreadable
+
+    return isinstance(error, DocumentUnreadable)
 
 
 @dataclass(frozen=True)
@@ -186,12 +211,13 @@ class _Cell:
         view = self.view
         system, user = system_prompt(), first_user_message(view)
         chamber_info = None
-        error: _RunEnded | None = None
+        error = self._document_probe()  # an unreadable document: no chamber session, no model turn
         if self.chamber is not None:
             chamber_info = {"url": self.chamber.base_url, "session_id": None}
             try:
-                self.session_id = self.chamber.create_session(view.claim_id)
-                chamber_info["session_id"] = self.session_id
+                if error is None:
+                    self.session_id = self.chamber.create_session(view.claim_id)
+                    chamber_info["session_id"] = self.session_id
             except ChamberError as e:
                 error = _RunEnded("engine_error", f"chamber session could not be created: {e}")
         self.writer.write(
@@ -250,6 +276,19 @@ class _Cell:
                 raise _RunEnded("engine_error", f"unhandled stop reason {turn.raw_stop_reason!r}")
             raise _RunEnded(outcome, f"stop reason {turn.raw_stop_reason!r} in phase {self.phase}")
 
+    def _document_probe(self) -> _RunEnded | None:
+        """The run's end when the surface's DOCUMENT_PROBE says the document cannot be read, else None (no probe
+        offered, or the document reads)."""
+        probe = next((t for t in self.offered if t.name == DOCUMENT_PROBE and t.runs_here), None)
+        if probe is None:
+            return None
+        try:
+            out = probe({})
+        except Exception as e:  # a tool that raises instead of answering: the model will meet it, as before
+            log.warning("probing the document with %s failed: %s", DOCUMENT_PROBE, e)
+            return None
+        return _RunEnded(DOCUMENT_UNREADABLE, out.text) if unreadable_document(out) else None
+
     def _model_turn(self, system: str, messages: list[Message]) -> ModelTurn:
         """One model turn with bounded retries. Every attempt is recorded (request id, status, latency, error,
         the wait before the next); a server's Retry-After is honoured up to `budget.max_retry_wait_s`, beyond
@@ -290,6 +329,8 @@ class _Cell:
                 errors.append(one_line(f"{type(e).__name__}: {e}", 500))
                 attempts.append(Attempt(latency_ms=latency * 1000.0, error=errors[-1]))
                 self._record_turn(None, attempts, errors)
+                if _is_unreadable(e):  # the request carries the document (single-pass) and it cannot be read
+                    raise _RunEnded(DOCUMENT_UNREADABLE, errors[-1]) from e
                 raise _RunEnded("engine_error", errors[-1]) from e
             attempts.append(Attempt(request_id=turn.request_id, http_status=turn.http_status,
                                     latency_ms=(self.clock() - t0) * 1000.0))
@@ -355,6 +396,8 @@ class _Cell:
                 out = self._execute(tool, call)
             except _RunEnded as e:  # recorded as this call's error, then the run ends
                 ended, out = e, ToolResult.error("EngineError", e.detail)
+            if ended is None and tool.runs_here and unreadable_document(out):  # recorded, then the run ends
+                ended = _RunEnded(DOCUMENT_UNREADABLE, out.text)
             status = "error" if out.is_error else "ok"
         end = self.clock()
         self.tool_time_s += end - start

@@ -35,7 +35,11 @@ Outcome = Literal[
     # the serving stack, not the model's reasoning (agent/models/text_calls.py): a call written as text, a
     # tool-call token repeated to the output limit, a reply that is neither a call nor an answer
     "tool_call_as_text", "tool_token_repeated", "neither_call_nor_answer",
+    # the document, not the model: the datasheet the cell's tools read cannot be read (damaged, encrypted, image
+    # only, ...); run_end's detail holds the one-line reason (agent.datasheet.document.DocumentUnreadable)
+    "document_unreadable",
 ]
+DOCUMENT_UNREADABLE = "document_unreadable"
 
 
 # Strict JSON for non-finite floats: "NaN"/"Infinity" strings (pydantic's default writes null, which loses the

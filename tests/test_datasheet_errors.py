@@ -93,17 +93,20 @@ def test_zero_pages(tmp_path):
 
 
 def test_page_without_text_layer(tmp_path):
+    """One drawn page in a document that has text: that page is served page by page (a document with no text at
+    all is image-only and refused whole: tests/test_damaged_datasheets.py)."""
     p = tmp_path / "scan.pdf"
     doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "Supply voltage VDD 1.7 3.6 V", fontsize=11)
     doc.new_page().draw_rect(pymupdf.Rect(50, 50, 200, 200), color=(0, 0, 0), fill=(0.5, 0.5, 0.5))
     doc.save(p)
     doc.close()
     tools = _tools(p)
-    msg = _error(tools["extract_table_markdown"]({"page": 1}))
+    msg = _error(tools["extract_table_markdown"]({"page": 2}))
     assert msg.startswith("NoTextLayer: ") and "inspect_page" in msg
     manifest = json.loads(tools["build_datasheet"]({}).text)
-    assert manifest["pages_without_text"] == [1]
-    assert "inspect_page" in tools["get_section_text"]({"start_page": 1, "end_page": 1}).text
+    assert manifest["pages_without_text"] == [2]
+    assert "inspect_page" in tools["get_section_text"]({"start_page": 2, "end_page": 2}).text
 
 
 @pytest.mark.parametrize("page", [0, 3, -1, 1000])

@@ -6,6 +6,11 @@ layout package loads an ONNX model at import, and onnxruntime writes a device id
 ~/.cache/Microsoft on every command, ~1 s of import time). Nothing here uses either, so `_keep_layout_engines_out`
 marks them absent before the first `import pymupdf`: PyMuPDF's own `try: import ... except ImportError` then
 leaves them out, exactly as on an install without them.
+
+MuPDF prints its own complaints about a broken file ("MuPDF error: format error: cycle in page tree") on stdout,
+where they would break `--json`'s one object and show internals beside our one-line error. `_mupdf_messages_to_log`
+sends PyMuPDF's messages to the `pymupdf` logger at DEBUG instead (seen with -v); every fault that matters reaches
+the caller as a typed error (document.py). A PYMUPDF_MESSAGE set by the user still wins.
 """
 
 import logging
@@ -29,13 +34,26 @@ def _keep_layout_engines_out() -> None:
 
 _keep_layout_engines_out()
 
-from .document import DatasheetToolError  # noqa: E402  (after the guard above: these import pymupdf)
+
+def _mupdf_messages_to_log() -> None:
+    import os
+
+    import pymupdf
+
+    if "PYMUPDF_MESSAGE" not in os.environ:
+        pymupdf.set_messages(pylogging_logger=logging.getLogger("pymupdf"), pylogging_level=logging.DEBUG)
+
+
+_mupdf_messages_to_log()
+
+from .document import DatasheetToolError, DocumentUnreadable  # noqa: E402  (after the guard: these import pymupdf)
 from .manifest import Manifest, ManifestCache, build_datasheet, load_datasheet  # noqa: E402
 from .tools import DatasheetSession, datasheet_tools  # noqa: E402
 
 __all__ = [
     "DatasheetSession",
     "DatasheetToolError",
+    "DocumentUnreadable",
     "Manifest",
     "ManifestCache",
     "build_datasheet",

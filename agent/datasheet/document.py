@@ -27,24 +27,35 @@ class DatasheetToolError(Exception):
     """Base of every error a datasheet tool reports; the class name is the 'TypeName' of the error envelope."""
 
 
-class DocumentNotFound(DatasheetToolError):
+class DocumentUnreadable(DatasheetToolError):
+    """The document as a whole cannot be read (missing, not a PDF, damaged, encrypted, empty, image only): every
+    tool on it fails the same way, so no reading of it can be judged. A command names the file and the reason and
+    exits 2; an agent cell ends `document_unreadable` (not a model outcome)."""
+
+
+class DocumentNotFound(DocumentUnreadable):
     pass
 
 
-class NotAPdf(DatasheetToolError):
+class NotAPdf(DocumentUnreadable):
     pass
 
 
 class DamagedPdf(NotAPdf):
-    """A file that starts as a PDF but cannot be read whole: truncated (a cut download) or damaged."""
+    """A file that starts as a PDF but cannot be read whole: truncated (a cut download) or damaged (its page tree
+    loops or its /Count lies, MuPDF refuses it, a page cannot be loaded)."""
 
 
-class EncryptedPdf(DatasheetToolError):
+class EncryptedPdf(DocumentUnreadable):
     pass
 
 
-class EmptyDocument(DatasheetToolError):
+class EmptyDocument(DocumentUnreadable):
     pass
+
+
+class ImageOnlyPdf(DocumentUnreadable):
+    """Every page is an image (a scan) or a drawing: no page has a text layer, so nothing can be searched or quoted."""
 
 
 class PageOutOfRange(DatasheetToolError):
@@ -52,7 +63,7 @@ class PageOutOfRange(DatasheetToolError):
 
 
 class NoTextLayer(DatasheetToolError):
-    pass
+    """One page has no text layer (the document has others; a document with none is ImageOnlyPdf)."""
 
 
 class InvalidArgument(DatasheetToolError):
@@ -61,6 +72,31 @@ class InvalidArgument(DatasheetToolError):
 
 class RegionOutsidePage(DatasheetToolError):
     pass
+
+
+def unreadable_error_types() -> frozenset[str]:
+    """The class names of DocumentUnreadable and all its subclasses: a tool result whose `error_type` is one of them
+    says the whole document cannot be read (agent/tool.py keeps the exception's class name in that field)."""
+    names: set[str] = set()
+    todo: list[type] = [DocumentUnreadable]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+MUPDF_ERRORS: tuple[type[Exception], ...] = (pymupdf.mupdf.FzErrorBase, RuntimeError, ValueError)
+"""What MuPDF raises on a broken file: its own FzError* types, RuntimeError (pymupdf.FileDataError, "code=7:
+Invalid number of pages") and ValueError ("page not in document"). Caught only around MuPDF calls."""
+
+_MUPDF_CODE = re.compile(r"^\s*code=\d+:\s*")
+
+
+def mupdf_reason(exc: BaseException) -> str:
+    """MuPDF's own words for what is wrong, as one line, without its error code ("code=7: cycle in page tree" →
+    "cycle in page tree"); the exception's class name when it says nothing."""
+    return _MUPDF_CODE.sub("", " ".join(str(exc).split())) or type(exc).__name__
 
 
 # ------------------------------------------------------------------------------------------------------- model
@@ -129,8 +165,9 @@ class PageText:
 
 def open_pdf(path: str | Path) -> pymupdf.Document:
     """Open `path` as a PDF or raise a typed error saying what was expected and what arrived: DocumentNotFound,
-    NotAPdf (no %PDF- header; a folder), DamagedPdf (truncated or damaged: no %%EOF in the last 1024 bytes, MuPDF
-    refuses it, or no page survives its repair), EncryptedPdf, EmptyDocument (a sound PDF with no page)."""
+    NotAPdf (no %PDF- header; a folder), EncryptedPdf, DamagedPdf (truncated: no %%EOF in the last 1024 bytes;
+    MuPDF refuses it; its page tree loops or its /Count disagrees with the pages it holds; no page survives its
+    repair), EmptyDocument (a sound PDF with no page). Each message is one line naming the file and the reason."""
     p = Path(path)
     if not p.exists():
         raise DocumentNotFound(f"no file at {p}")
@@ -147,30 +184,121 @@ def open_pdf(path: str | Path) -> pymupdf.Document:
     try:
         doc = pymupdf.open(p, filetype="pdf")
     except Exception as exc:  # MuPDF raises its own types for broken files
-        raise DamagedPdf(damaged(p, " ".join(str(exc).split()) or type(exc).__name__)) from exc
-    if doc.needs_pass:
+        raise DamagedPdf(damaged(p, mupdf_reason(exc))) from exc
+    try:
+        _check_opened(p, doc, size, tail)
+    except BaseException:
         doc.close()
+        raise
+    return doc
+
+
+def _check_opened(p: Path, doc: pymupdf.Document, size: int, tail: bytes) -> None:
+    """The checks of an opened document, in the order a reader meets the faults (open_pdf closes it on refusal)."""
+    if doc.needs_pass:
         raise EncryptedPdf(f"{p}: an encrypted PDF (it needs a password); expected an unencrypted one: supply a "
                            "decrypted copy")
-    repaired, pages = doc.is_repaired, doc.page_count
     if b"%%EOF" not in tail:
-        doc.close()
         raise DamagedPdf(damaged(p, f"it ends after {size} bytes without the closing %%EOF marker"))
+    fault = page_tree_fault(doc)
+    if fault is not None:
+        raise DamagedPdf(damaged(p, fault, "damaged page tree"))
+    try:
+        repaired, pages = doc.is_repaired, doc.page_count
+    except MUPDF_ERRORS as exc:
+        raise DamagedPdf(damaged(p, mupdf_reason(exc), "damaged page tree")) from exc
     if pages == 0:
-        doc.close()
         if repaired:
             raise DamagedPdf(damaged(p, "no page found, even after rebuilding its cross-reference table"))
         raise EmptyDocument(f"{p}: a PDF without pages; expected at least one")
-    return doc
 
 
 TAIL_BYTES = 1024
 """A PDF ends with %%EOF within its last 1024 bytes (the readers' customary tolerance); a file without it was cut."""
 
 
-def damaged(path: Path, reason: str) -> str:
-    """The one wording of a PDF that cannot be read: the file, then why."""
-    return f"{path}: not a readable PDF (truncated or damaged: {reason})"
+def damaged(path: Path, reason: str, kind: str = "truncated or damaged") -> str:
+    """The one wording of a PDF that cannot be read: the file, then what is broken and why."""
+    return f"{path}: not a readable PDF ({kind}: {reason})"
+
+
+def image_only(path: Path, pages: int) -> ImageOnlyPdf:
+    """The refusal of a document none of whose `pages` has a text layer (a scan, or pages of drawings)."""
+    return ImageOnlyPdf(f"{path}: image only, no text layer on any of its {pages} page{'s' * (pages != 1)} (a "
+                        "scan?); expected a PDF with a text layer: run OCR on it first (e.g. ocrmypdf)")
+
+
+_REF = re.compile(r"(\d+)\s+\d+\s+R")
+
+
+def page_tree_fault(doc: pymupdf.Document) -> str | None:
+    """What is wrong with the document's page tree, or None when it is sound: a node that is its own ancestor (a
+    cycle: MuPDF then drops or cannot find pages), or a node whose /Count is not the number of pages under it (a
+    lying /Count: MuPDF believes it, so pages are lost or made up). Walked from the catalogue over the raw objects
+    (each node once, so a tree that shares a subtree costs no more than one that does not)."""
+    try:
+        kind, value = doc.xref_get_key(doc.pdf_catalog(), "Pages")
+        top = _REF.fullmatch(value.strip()) if kind == "xref" else None
+        if top is None:
+            return f"the catalogue's /Pages is {kind} {value!r}, expected a reference to the page tree"
+        return _walk_page_tree(doc, int(top.group(1)))
+    except MUPDF_ERRORS as exc:
+        return f"its page tree cannot be walked ({mupdf_reason(exc)})"
+
+
+def _kids(doc: pymupdf.Document, node: int) -> list[int] | None:
+    """The object numbers in a node's /Kids (an array, or a reference to one); None for a node without /Kids (a
+    page)."""
+    kind, value = doc.xref_get_key(node, "Kids")
+    if kind == "xref":
+        ref = _REF.fullmatch(value.strip())
+        kind, value = ("array", doc.xref_object(int(ref.group(1)), compressed=True)) if ref else (kind, value)
+    if kind != "array":
+        return None
+    return [int(m.group(1)) for m in _REF.finditer(value)]
+
+
+def _count(doc: pymupdf.Document, node: int) -> int | str:
+    """A node's /Count (a whole number, or a reference to one), else what stands there instead."""
+    kind, value = doc.xref_get_key(node, "Count")
+    if kind == "xref" and (ref := _REF.fullmatch(value.strip())):
+        kind, value = "resolved", doc.xref_object(int(ref.group(1)), compressed=True).strip()
+    return int(value) if kind in ("int", "resolved") and value.lstrip("-").isdigit() else f"{kind} {value!r}"
+
+
+def _walk_page_tree(doc: pymupdf.Document, top: int) -> str | None:
+    pages: dict[int, int] = {}  # node -> pages under it, once the node is finished
+    path: list[int] = []  # the nodes from the root to the one being walked
+    on_path: set[int] = set()
+    stack: list[tuple[int, list[int] | None]] = [(top, None)]  # (node, its kids once entered)
+    while stack:
+        node, kids = stack.pop()
+        if kids is None:  # entering the node
+            if node in on_path:
+                parent = path[-1]
+                return (f"a cycle: object {parent} lists object {node} among its kids, which "
+                        + ("is itself" if parent == node else "is its own ancestor"))
+            if node in pages:
+                continue
+            kids = _kids(doc, node)
+            if kids is None:  # a page (a leaf)
+                pages[node] = 1
+                continue
+            stack.append((node, kids))
+            path.append(node)
+            on_path.add(node)
+            stack.extend((k, None) for k in reversed(kids))
+            continue
+        path.pop()  # leaving the node: its kids are finished
+        on_path.discard(node)
+        held = sum(pages.get(k, 0) for k in kids)
+        count = _count(doc, node)
+        if count != held:
+            where = f"the root (object {node})" if node == top else f"object {node}"
+            said = f"/Count {count}" if isinstance(count, int) else f"no whole /Count ({count})"
+            return f"{where} says {said}, its /Kids hold {held} page{'s' * (held != 1)}"
+        pages[node] = held
+    return None
 
 
 def _printable(data: bytes) -> str:
@@ -181,14 +309,33 @@ def _printable(data: bytes) -> str:
 _BOLD_FONT = re.compile(r"bold|black|heavy|semibold|demi", re.IGNORECASE)
 
 
-def read_page(page: pymupdf.Page) -> PageText:
-    """The page's text lines in reading order with font facts (one text extraction, no images).
+def read_pages(doc: pymupdf.Document, path: Path) -> list[PageText]:
+    """Every page's text (read_page). A page MuPDF cannot load or read makes the document DamagedPdf (naming the
+    page and MuPDF's reason), and a document in which no page has a text layer is ImageOnlyPdf: the tools would
+    find nothing in it, and an agent would be asked to read a blank."""
+    pages: list[PageText] = []
+    for i in range(doc.page_count):
+        try:
+            page = doc.load_page(i)
+            data = page.get_text("dict", flags=pymupdf.TEXTFLAGS_TEXT)
+        except MUPDF_ERRORS as exc:
+            raise DamagedPdf(damaged(path, f"page {i + 1} cannot be read: {mupdf_reason(exc)}")) from exc
+        pages.append(read_page(page, data))
+    if pages and not any(pg.chars for pg in pages):
+        raise image_only(path, len(pages))
+    return pages
+
+
+def read_page(page: pymupdf.Page, data: dict | None = None) -> PageText:
+    """The page's text lines in reading order with font facts (one text extraction, no images); `data` is the
+    page's text dict when the caller has extracted it already.
 
     This runs on every page of every document, so it is written as one flat pass over MuPDF's dict: a line of one
     span (most lines) takes a short path, and a font's boldness is decided once per font name.
     """
     number = page.number + 1
-    data = page.get_text("dict", flags=pymupdf.TEXTFLAGS_TEXT)
+    if data is None:
+        data = page.get_text("dict", flags=pymupdf.TEXTFLAGS_TEXT)
     lines: list[Line] = []
     chars = 0
     fonts: dict[str, bool] = {}

@@ -24,9 +24,10 @@ from protocols.datasheets import sha256_of
 from .document import (
     PageText,
     baseline_rows,
+    image_only,
     mark_running_lines,
     open_pdf,
-    read_page,
+    read_pages,
 )
 from .index import SearchIndex
 from .page_words import Cell, Row
@@ -151,7 +152,8 @@ class ManifestCache:
 
 
 def load_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> LoadedDatasheet:
-    """Open, read and index a datasheet (typed errors for a missing, non-PDF, encrypted or empty file)."""
+    """Open, read and index a datasheet; a document that cannot be read raises its DocumentUnreadable error (missing,
+    not a PDF, damaged, encrypted, empty, image only), one line naming the file and the reason."""
     path = Path(pdf)
     doc = open_pdf(path)
     try:
@@ -178,7 +180,7 @@ def _read(path: Path, doc: pymupdf.Document, sha: str, cache: ManifestCache | No
 
 
 def _read_pages(path: Path, doc: pymupdf.Document, sha: str, cache: ManifestCache | None) -> LoadedDatasheet:
-    pages = [read_page(p) for p in doc]
+    pages = read_pages(doc, path)  # DamagedPdf, ImageOnlyPdf
     mark_running_lines(pages)
     cached = cache.get(sha) if cache else None
     part = cached.part if cached else _part(doc, pages)
@@ -227,7 +229,10 @@ def build_datasheet(pdf: str | Path, cache: ManifestCache | None = None) -> Mani
     doc = open_pdf(path)  # same typed errors as an uncached build; a miss reads this same open document
     try:
         sha = sha256_of(path)
-        return cache.get(sha) or _read(path, doc, sha, cache).manifest
+        cached = cache.get(sha)
+        if cached is not None and cached.pages and len(cached.pages_without_text) == cached.pages:
+            raise image_only(path, cached.pages)  # a manifest kept before image-only documents were refused
+        return cached or _read(path, doc, sha, cache).manifest
     finally:
         doc.close()
 

@@ -20,11 +20,15 @@ import pymupdf
 from agent.tool import JsonObject, Tool, ToolResult
 
 from .document import (
+    MUPDF_ERRORS,
+    DamagedPdf,
     DatasheetToolError,
     InvalidArgument,
     NoTextLayer,
     PageOutOfRange,
     RegionOutsidePage,
+    damaged,
+    mupdf_reason,
 )
 from .manifest import LoadedDatasheet, Manifest, ManifestCache, load_datasheet
 from .tables import page_tables
@@ -41,8 +45,9 @@ class EmptyQuery(DatasheetToolError):
 class DatasheetSession:
     """One datasheet opened for one agent session; every tool call reads this document only.
 
-    Opening never raises: a file that cannot be read (missing, not a PDF, encrypted, no pages) makes every tool
-    return that error envelope, so the agent loop sees the same shape whatever went wrong.
+    Opening never raises: a file that cannot be read (missing, not a PDF, damaged, encrypted, no pages, image only:
+    a DocumentUnreadable) makes every tool return that error envelope, so the agent loop sees the same shape
+    whatever went wrong, and `open_error` says so before any tool is called.
     """
 
     def __init__(self, pdf_path: str | Path, cache: ManifestCache | None = None):
@@ -53,10 +58,18 @@ class DatasheetSession:
             self._loaded = load_datasheet(self.pdf_path, cache)
         except DatasheetToolError as exc:
             self._open_error = exc
-        except Exception as exc:  # a MuPDF failure on a damaged file: reported, not raised
-            log.warning("could not load %s: %s", self.pdf_path, exc)
+        except MUPDF_ERRORS as exc:  # a MuPDF failure the open checks did not foresee: the document is damaged
+            log.debug("MuPDF failed reading %s", self.pdf_path, exc_info=True)
+            self._open_error = DamagedPdf(damaged(self.pdf_path, mupdf_reason(exc)))
+        except Exception as exc:  # our own fault, not the document's: reported, not raised, and not called damaged
+            log.warning("could not load %s: %s", self.pdf_path, exc, exc_info=True)
             self._open_error = DatasheetToolError(f"could not read {self.pdf_path}: {type(exc).__name__}: {exc}")
         self._tables: dict[int, list] = {}
+
+    @property
+    def open_error(self) -> DatasheetToolError | None:
+        """Why the document could not be opened and read (None: it was)."""
+        return self._open_error
 
     # -------------------------------------------------------------------------------- plain API (raises typed errors)
     @property
@@ -146,9 +159,16 @@ class DatasheetSession:
             return f"[the table continues on page {n + 1} (same header row)]"
         return None
 
+    def _pdf_page(self, n: int) -> pymupdf.Page:
+        """Page `n` (1-based, checked) of the open document; a page MuPDF cannot load makes it DamagedPdf."""
+        try:
+            return self.loaded.doc.load_page(n - 1)
+        except MUPDF_ERRORS as exc:
+            raise DamagedPdf(damaged(self.pdf_path, f"page {n} cannot be loaded: {mupdf_reason(exc)}")) from exc
+
     def tables(self, page: int) -> list:
         if page not in self._tables:
-            self._tables[page] = page_tables(self.loaded.doc[page - 1])
+            self._tables[page] = page_tables(self._pdf_page(page))
         return self._tables[page]
 
     def table_markdown(self, page: Any) -> str:
@@ -172,7 +192,7 @@ class DatasheetSession:
         n = self._page(page)
         if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not 36 <= dpi <= 300:
             raise InvalidArgument(f"dpi must be a number 36..300, got {dpi!r}")
-        p = self.loaded.doc[n - 1]
+        p = self._pdf_page(n)
         clip = None
         if region is not None:
             if not isinstance(region, (list, tuple)) or len(region) != 4 or not all(
@@ -186,7 +206,10 @@ class DatasheetSession:
                     f"region {list(region)} is not inside page {n} (0, 0, {rect.width:.0f}, {rect.height:.0f}) "
                     "or is empty"
                 )
-        return p.get_pixmap(dpi=int(dpi), clip=clip).tobytes("png")
+        try:
+            return p.get_pixmap(dpi=int(dpi), clip=clip).tobytes("png")
+        except MUPDF_ERRORS as exc:
+            raise DamagedPdf(damaged(self.pdf_path, f"page {n} cannot be rendered: {mupdf_reason(exc)}")) from exc
 
 
 # ------------------------------------------------------------------------------------------------------ definitions

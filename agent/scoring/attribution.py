@@ -17,6 +17,9 @@ move cannot be compared across runs. The rubric (one label per tool call and one
                         tool-call token repeated to the output limit, a reply that is neither a
                         call nor an answer (every otherwise unlabelled event)
                                                                           charged to the serving stack
+  document_unreadable   the run ended because the datasheet cannot be read (damaged, encrypted,
+                        image only): every event but a denied call, the failed reads included
+                                                                          charged to the document
   ok                    the cell passed fidelity and the chamber verdict (if any) is pass/inconclusive
   unclassified          none of the rules applied
 
@@ -32,13 +35,14 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from agent.models.text_calls import SERVING_STACK_OUTCOMES
+from agent.record import DOCUMENT_UNREADABLE
 from agent.scoring.cells import CellFacts
 
 LABELS = ("ok", "tool_output", "tool_selection", "condition_omission", "verification_skipped", "engine_error",
-          "serving_stack", "unclassified")
+          "serving_stack", "document_unreadable", "unclassified")
 CHARGED_TO = {"tool_output": "tool", "tool_selection": "reasoning", "condition_omission": "reasoning",
               "verification_skipped": "reasoning", "engine_error": "engine", "serving_stack": "serving_stack",
-              "ok": None, "unclassified": None}
+              "document_unreadable": "document", "ok": None, "unclassified": None}
 VERIFICATION_TOOLS = frozenset({"search_text", "extract_table_markdown", "cross_sensor_check"})
 GOLD_LABELS = ("classifier_correct", "classifier_missed_tool_output", "classifier_missed_tool_selection",
                "classifier_missed_condition_omission", "classifier_missed_verification_skipped",
@@ -108,7 +112,11 @@ def attribute(facts: CellFacts, *, fidelity_passed: bool | None, condition_omitt
         notes.append("per-call detail unknown: only the final output is labelled")
     engine = facts.engine_error
     serving = facts.outcome in SERVING_STACK_OUTCOMES
-    if engine:
+    unreadable = facts.outcome == DOCUMENT_UNREADABLE
+    if unreadable:  # the document failed the model: the failed reads are the document's, not the tool's
+        labels = ["tool_selection" if x == "tool_selection" else "document_unreadable" for x in labels]
+        notes.append(f"the datasheet could not be read ({facts.final_error[:200]})")
+    elif engine:
         labels = [x or "engine_error" for x in labels]
         notes.append("engine error: unlabelled events charged to the engine")
     elif serving:  # the parser, template or decoding failed the model: not a reasoning failure
@@ -119,7 +127,8 @@ def attribute(facts: CellFacts, *, fidelity_passed: bool | None, condition_omitt
             if err:
                 labels[k] = "verification_skipped"
                 notes.append(f"ended without a structured answer: {err[:120]}")
-    if not fidelity_passed and not engine and not serving:  # reasoning rules: only for a cell nothing cut short
+    cut_short = engine or serving or unreadable
+    if not fidelity_passed and not cut_short:  # reasoning rules: only for a cell nothing cut short
         used = (sum(1 for c in facts.calls if c.tool in VERIFICATION_TOOLS) if facts.calls_known
                 else sum(n for t, n in facts.counts.items() if t in VERIFICATION_TOOLS))
         if not used:
@@ -135,7 +144,7 @@ def attribute(facts: CellFacts, *, fidelity_passed: bool | None, condition_omitt
     if fidelity_passed and (verdict is None or str(verdict).lower() in ("pass", "inconclusive")):
         labels = [x or "ok" for x in labels]
     final = [x or "unclassified" for x in labels]
-    problematic = engine or serving or any(x != "ok" for x in final)
+    problematic = cut_short or any(x != "ok" for x in final)
     return Attribution(final, events, "PROBLEMATIC" if problematic else "CLEAN", notes)
 
 

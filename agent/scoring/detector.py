@@ -1,7 +1,8 @@
 """The silent-failure detector: fidelity-passing cells whose dispatch record shows the document was not read.
 
 Why: fidelity grades the value, not how it was reached; a model that recalls a datasheet figure passes it. Over
-fidelity-passing cells (engine errors are loud failures and never flagged) the rules are, in this order:
+fidelity-passing cells (engine errors are loud failures and never flagged; a cell whose datasheet could not be read,
+`document_unreadable`, is not scored at all) the rules are, in this order:
 
   tool_bypass           no datasheet-navigation call in the extraction phase (the seed paper's R1)
   verification_skipped  navigation, but neither search_text nor extract_table_markdown (the seed paper's R2)
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from agent.record import DOCUMENT_UNREADABLE
 from agent.scoring.cells import CROSS_CHECK_TOOLS, NAVIGATION_TOOLS, CellFacts
 
 log = logging.getLogger(__name__)
@@ -218,6 +220,9 @@ class DetectorResult:
 def detect(facts: CellFacts, fidelity_passed: bool | None, *, grounding: list[Grounding] | None = None) -> DetectorResult:
     """Run the rules on one cell. `fidelity_passed` is the fidelity verdict the rules are conditioned on;
     `grounding` the quotation checks (None: source-grounding not evaluated)."""
+    if facts.outcome == DOCUMENT_UNREADABLE:
+        return DetectorResult(False, [], {}, "the datasheet could not be read: no reading to judge, and not the "
+                                             "model's failure")
     if facts.engine_error:
         return DetectorResult(False, [], {}, "engine error: a loud failure, not a silent one")
     if not fidelity_passed:

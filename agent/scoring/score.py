@@ -3,7 +3,9 @@
 Why one entry point: the matrix runner, the CLI `score` command and the report all re-score from what is on disk
 (dispatch records, imported archive cells), so every figure can be recomputed without a model. When a scored
 folder holds the imported paper archive, the summary reproduces the paper's detector and classifier figures from
-it (planted faults, clean cells, kappa) and says where a figure cannot be re-derived.
+it (planted faults, clean cells, kappa) and says where a figure cannot be re-derived. A cell whose datasheet could
+not be read (outcome document_unreadable) is graded by nobody: fidelity not scored, the detector not evaluated, its
+events charged to the document; the summary counts such cells apart (`document_unreadable`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from agent.record import DOCUMENT_UNREADABLE
 from agent.scoring import archive as archive_mod
 from agent.scoring.attribution import (
     attribute,
@@ -127,7 +130,11 @@ def _decisive_names(claim: Any) -> list[str]:
 def score_cell(facts: CellFacts, claim: Any, *, searcher: DatasheetSearcher | None, datasheets_dir: Path | None,
                verdict: str | None = None, prices: PriceTable | None = None) -> dict[str, Any]:
     """Every instrument on one cell; the JSON row of `score`'s output."""
-    if facts.source == "record":
+    if facts.outcome == DOCUMENT_UNREADABLE:  # nothing was read, so nothing is graded or charged to the model
+        fidelity = {"scored": False, "passed": None,
+                    "reason": f"not scored: {facts.final_error[:300]}"}
+        passed, omitted = None, False
+    elif facts.source == "record":
         fid = score_claim(claim, facts.extraction,
                           printed_pages=_printed_pages(claim, facts, searcher, datasheets_dir)) \
             if claim is not None else None
@@ -233,6 +240,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "fidelity_page_checked": sum(1 for r in rows if (r["fidelity"].get("page") or {}).get("matched") is not None),
         "fidelity_wrong_page": sum(1 for r in rows if (r["fidelity"].get("page") or {}).get("matched") is False),
         "engine_errors": sum(1 for r in rows if r["outcome"] in ("engine_error", "timeout", "context_exceeded")),
+        "document_unreadable": sum(1 for r in rows if r["outcome"] == DOCUMENT_UNREADABLE),
         "detector_evaluated": len(evaluated),
         "flagged": count_with_bound(len(flagged), len(evaluated), "fidelity-passing cells"),
         "flags_by_rule": dict(by_flag),
