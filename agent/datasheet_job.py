@@ -32,11 +32,15 @@ def table(pdf: Path, page: int) -> dict[str, Any]:
     return datasheet_tool(pdf, lambda s: {"page": page, "markdown": s.table_markdown(page)})
 
 
-def page_png(pdf: Path, page: int, out: Path, region: Sequence[float] | None, dpi: int) -> dict[str, Any]:
-    """Render a page (or a region of it) to the PNG file `out`."""
+def page_png(pdf: Path, page: int, out: Path, region: Sequence[float] | None, dpi: int,
+             force: bool = False) -> dict[str, Any]:
+    """Render a page (or a region of it) to the PNG file `out`: a new file in an existing folder unless `force`
+    (checked before rendering), written whole (protocols.files.write_file_atomic)."""
+    from protocols.files import check_output_path, write_file_atomic
+
+    check_output_path(out, force=force, option="--out")
     png = datasheet_tool(pdf, lambda s: {"png": s.page_png(page, region, dpi)})["png"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(png)
+    write_file_atomic(out, png, force=force)
     return {"page": page, "out": str(out), "bytes": len(png)}
 
 

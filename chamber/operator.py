@@ -95,21 +95,77 @@ def validate_offline(protocol: Any, path: Path, chamber: str, config: str, limit
 
 
 def protocol_job(chamber: Any, protocol: Any, path: Path, output: Path, *, stop: Any, ask: Callable[[str], None],
-                 on_progress: Callable[[Any], None], chunk_rows: int, say: Callable[[str], None]) -> Any:
+                 on_progress: Callable[[Any], None], chunk_rows: int, say: Callable[[str], None],
+                 force: bool = False) -> Any:
     """Validate `protocol` against the connected chamber (every refusal before a byte is sent or a file made),
-    then run it, writing each row to `output` in the public dataset layout as it arrives."""
+    then run it, writing each row in the public dataset layout as it arrives to a temporary file beside `output`
+    that becomes `output` when the run ends, stopped or failed alike (firmware_bridge.output_file.staged_output:
+    an existing `output` is replaced only with `force`, and a full disk leaves it whole: WriteFailed names it)."""
     from chamber.protocol_language import validate_protocol
     from chamber.protocol_runner import format_duration, run_protocol
     from chamber.public_csv import PublicCsvWriter
+    from firmware_bridge.output_file import staged_output, temporary_path
 
     validate_protocol(protocol, chamber.catalogue, chamber.state())
     say(f"running {path} on {chamber.layout.chamber}/{chamber.config}: {len(protocol.instructions)} instructions, "
-        f"{protocol.rows} rows, {format_duration(protocol.wait_ms / 1000)} of WAIT -> {output} "
-        "(Ctrl-C stops after the current row)")
-    with open(output, "w", encoding="utf-8", newline="") as fh:
+        f"{protocol.rows} rows, {format_duration(protocol.wait_ms / 1000)} of WAIT -> {output} (rows go to "
+        f"{temporary_path(Path(output)).name} until the run ends; Ctrl-C stops after the current row)")
+    with staged_output(output, force=force) as fh:
         writer = PublicCsvWriter(fh, chamber.layout.names)
         return run_protocol(chamber, protocol, on_frame=writer.write_frame, stop=stop, ask=ask,
                             on_progress=on_progress, chunk_rows=chunk_rows)
+
+
+def operator_input(stdin: Any) -> tuple[int | None, str]:
+    """How many lines `stdin` can still give a WAIT_INPUT, and what it is: (0, "closed"), (0, "/dev/null"),
+    (n, "a file holding n line(s)"), (0, "a pipe closed with nothing in it"); (None, "") when more may come (a
+    terminal, a pipe still open, a stream without a file descriptor)."""
+    import os
+    import select
+    import stat
+
+    if stdin is None or getattr(stdin, "closed", False):
+        return 0, "closed"
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return None, ""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return 0, "closed"
+    if stat.S_ISCHR(info.st_mode):
+        return (0, os.devnull) if info.st_rdev == os.stat(os.devnull).st_rdev else (None, "")
+    if stat.S_ISREG(info.st_mode):
+        left = info.st_size - os.lseek(fd, 0, os.SEEK_CUR)
+        if left > 1 << 20:
+            return None, ""  # a MiB of answers is enough for any protocol
+        text = os.pread(fd, max(left, 0), info.st_size - left) if left > 0 else b""
+        lines = text.count(b"\n") + (1 if text and not text.endswith(b"\n") else 0)
+        return lines, f"a file holding {lines} line(s)"
+    if stat.S_ISFIFO(info.st_mode):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        events = dict(poller.poll(0)).get(fd, 0)
+        if events & select.POLLHUP and not events & select.POLLIN:
+            return 0, "a pipe closed with nothing in it"
+    return None, ""
+
+
+def check_operator_input(protocol: Any, stdin: Any) -> None:
+    """Refuse a protocol whose WAIT_INPUTs `stdin` cannot answer (operator_input), before anything is sent:
+    the real run and --validate-only alike, naming the first WAIT_INPUT that would find no line."""
+    from chamber.protocol_language import WaitInputInstruction
+
+    waits = [i for i in protocol.instructions if isinstance(i, WaitInputInstruction)]
+    if not waits:
+        return
+    lines, what = operator_input(stdin)
+    if lines is not None and lines < len(waits):
+        first = waits[lines]
+        raise OperatorRefused(f"{protocol.source}: line {first.line}: {first.text!r}: expected a line on stdin (an "
+                              f"operator pressing Enter) for each of the {len(waits)} WAIT_INPUT(s), but stdin is "
+                              f"{what}; nothing was sent")
 
 
 def _readline_for(shell: Any, history: Path) -> Any:
@@ -308,9 +364,11 @@ def info_text(d: dict[str, Any]) -> str:
 def measure_command(selection: Any, n: int, assignments: list[str] | None, *, safe: str | Path | None,
                     on_progress: Callable[[Any], None], chunk: int, warn: Say) -> dict[str, Any]:
     """Apply `VAR=VALUE` settings, measure `n` rows (Ctrl-C/SIGTERM stop after the current row, all kept)."""
+    from chamber.protocol_runner import check_chunk_rows
     from chamber.stop import stop_on_signals
 
     settings = parse_assignments(assignments)
+    check_chunk_rows(chunk)  # before the chamber is opened: an MSR the firmware would miscount is never sent
     with stop_on_signals() as stop:
         opened = _open_one(selection, warn, safe)
         with opened:
@@ -376,9 +434,11 @@ def shell_command(selection: Any, *, safe: str | Path | None, stdin: TextIO, std
     retried once the board is free (leave_safe). `interrupted`: Ctrl-C or SIGTERM ended it; `refused`: lines
     refused or failed. An error propagating from the shell with the safe state unconfirmed is SafeStateUnconfirmed
     (exit 3)."""
+    from chamber.protocol_runner import check_chunk_rows
     from chamber.safe_state import SafeState, SafeStateUnconfirmed
     from chamber.selection import open_chambers
 
+    check_chunk_rows(chunk)
     opened = open_chambers(selection, resolve_safe=True, safe_file=safe, make_safe=False, warn=warn)
     end, outcome, received = None, None, []
     with opened:  # closes the port; the safe state is leave_safe's
@@ -406,20 +466,31 @@ def validate_text(d: dict[str, Any]) -> str:
 def protocol_command(selection: Any, protocol: Path, output: Path | None, *, validate_only: bool,
                      chamber: str, config: str, limits: Path | None, safe: str | Path | None, stdin: TextIO,
                      prompt_to: TextIO, on_progress: Callable[[Any], None], chunk: int, say: Say,
-                     params: Path | None = None) -> dict[str, Any]:
+                     params: Path | None = None, force: bool = False) -> dict[str, Any]:
     """Run the protocol file `protocol` on the chamber of `selection` into a CSV (default `<protocol>_<UTC
-    time>.csv`); WAIT_INPUT prompts on `prompt_to` and waits for a line on `stdin`. Syntax is checked before the
-    port is opened; with `validate_only` every check of a run is made offline against the catalogue of
-    `chamber`/`config`, `limits`, `safe` and `params` (validate_offline; `selection` unused, None)."""
+    time>.csv`; an existing file is refused unless `force`); WAIT_INPUT prompts on `prompt_to` and waits for a
+    line on `stdin`. Before the port is opened: the syntax, the MSR chunk, whether `stdin` can answer every
+    WAIT_INPUT (check_operator_input) and the output path (its folder writable). With `validate_only` every
+    check of a run is made offline against the catalogue of `chamber`/`config`, `limits`, `safe` and `params`
+    (validate_offline; `selection` unused, None), and the output path if one is given."""
     import time
 
     from chamber.protocol_language import load_protocol
+    from chamber.protocol_runner import check_chunk_rows
     from chamber.stop import stop_on_signals
+    from firmware_bridge.output_file import check_output_path
 
     protocol_file, protocol = Path(protocol), load_protocol(protocol)
+    check_chunk_rows(chunk)
+    check_operator_input(protocol, stdin)
     if validate_only:
-        return validate_offline(protocol, protocol_file, chamber, config, limits, safe, params)
+        result = validate_offline(protocol, protocol_file, chamber, config, limits, safe, params)
+        if output is not None:
+            check_output_path(output, force=force, option="-o")
+        return result
+    option = "-o" if output else "the default output"
     output = output or Path(f"{protocol_file.stem}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.csv")
+    check_output_path(output, force=force, option=option)
 
     def ask(prompt: str) -> None:
         prompt_to.write(prompt + " [Enter] ")
@@ -431,7 +502,7 @@ def protocol_command(selection: Any, protocol: Path, output: Path | None, *, val
         opened = _open_one(selection, say, safe)
         with opened:
             outcome = protocol_job(next(iter(opened.chambers.values())), protocol, protocol_file, output, stop=stop,
-                                   ask=ask, on_progress=on_progress, chunk_rows=chunk, say=say)
+                                   ask=ask, on_progress=on_progress, chunk_rows=chunk, say=say, force=force)
     return {**outcome.to_dict(), "output": str(output), "safe_state": opened.outcomes[0].to_dict(),
             "safe_source": opened.safe.source}
 

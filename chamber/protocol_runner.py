@@ -9,7 +9,9 @@ stop request are passed in, so a test runs an hours-long protocol in a second wi
 A long MSR is taken as consecutive MSRs of at most `chunk_rows` rows: the Mk1 firmware cannot abort an MSR once
 it has started (wt_mk_1.ino sends all n rows), so chunks are what let a run report progress and stop within
 `chunk_rows` rows. Every public protocol measures one row per MSR, so for them nothing changes. The MSR delay is
-sent as 0: the firmware echoes it and ignores it.
+sent as 0: the firmware echoes it and ignores it. A chunk is at most MAX_MSR_ROWS (the firmware reads n as a 16-bit
+int: `MSR,40000,0` would measure another count, and the first Ctrl-C would wait for all of it): check_chunk_rows
+refuses a larger one before anything is sent.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from chamber.errors import ChamberError
 from chamber.frame import Frame
 from chamber.protocol_language import (
+    MAX_MSR_ROWS,
     MeasureInstruction,
     Protocol,
     ResetInstruction,
@@ -35,6 +38,19 @@ from chamber.stop import StopRequest
 from firmware_bridge.errors import BridgeError
 
 DEFAULT_CHUNK_ROWS = 25
+
+
+class ChunkRefused(ChamberError, ValueError):
+    """An MSR chunk the firmware cannot take (more rows than its 16-bit count) or that is not a count of rows."""
+
+
+def check_chunk_rows(chunk_rows: int) -> int:
+    """`chunk_rows` when one MSR may ask for that many rows (1..MAX_MSR_ROWS), else ChunkRefused naming the
+    limit and what arrived; called before a chamber is opened, and again by measure_rows."""
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or not 1 <= chunk_rows <= MAX_MSR_ROWS:
+        raise ChunkRefused(f"chunk: expected a whole number of rows 1..{MAX_MSR_ROWS} (the most one MSR may ask "
+                           f"for: the firmware reads n as a 16-bit int), got {chunk_rows!r}; nothing was sent")
+    return chunk_rows
 
 
 @dataclass(frozen=True)
@@ -120,8 +136,7 @@ def measure_rows(chamber: Any, n: int, *, on_frame: Callable[[Frame], None] = la
     """n rows in chunks, each handed to `on_frame` as it completes; (all rows as one frame, interrupted?).
 
     A stop request ends it after the current chunk; the rows received so far are kept and returned."""
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows: expected a positive number of rows, received {chunk_rows}")
+    check_chunk_rows(chunk_rows)
     meter = meter or _Meter(n, 0.0, clock)
     frames: list[Frame] = []
     got = 0

@@ -31,7 +31,7 @@ from chamber.protocol_language import (
     check_setting,
     parse_line,
 )
-from chamber.protocol_runner import DEFAULT_CHUNK_ROWS, measure_rows
+from chamber.protocol_runner import DEFAULT_CHUNK_ROWS, check_chunk_rows, measure_rows
 from chamber.stop import StopRequest
 from firmware_bridge.errors import BridgeError
 
@@ -152,7 +152,7 @@ class Shell:
         self.chamber = chamber
         self._wait = wait
         self._on_frame = on_frame
-        self.chunk_rows = chunk_rows
+        self.chunk_rows = check_chunk_rows(chunk_rows)  # refused before the first line, not at the first MSR
         self.view = view
 
     def execute(self, line: str, stop: StopRequest | None = None) -> Reply:

@@ -17,9 +17,14 @@ before a byte is read), a key given twice in one mapping (with both lines), an e
 whose aliases make it recursive or stand for more than MAX_EXPANDED_VALUES values, and a boolean where the model
 wants a number. YAML 1.1's surprising scalars are not resolved: only true/false are booleans (yes, no,
 on, off stay text, so `max: yes` is refused as "not a number" rather than read as 1), a leading-zero number is not
-octal and 1:30 is not sexagesimal (both stay text), and 1e3 is a float as in YAML 1.2 and JSON. JSON's NaN and
-Infinity tokens are still read (the scoring archives carry them): a model that wants finite numbers says so
-(allow_inf_nan=False), as YAML's .nan and .inf reach it the same way.
+octal and 1:30 is not sexagesimal (both stay text), and 1e3 is a float as in YAML 1.2 and JSON.
+
+Why numbers are checked as they are parsed (issue 31): a NaN compares false with everything, so a NaN bound or
+gain passes every check after it; and a 5,000-digit integer made Python's own int conversion fail with "Exceeds
+the limit (4300 digits)", naming no file. So NaN, Infinity (JSON's tokens, YAML's .nan/.inf), a number beyond a
+64-bit float (1e400) and an integer of more than MAX_INTEGER_DIGITS digits are refused here (the rule:
+firmware_bridge/data_numbers.py), naming the file and the key path, before any model sees them. A reader whose files carry NaN on purpose (the seed paper's scoring
+archives write bare NaN tokens) says so with `allow_non_finite=True`; oversized numbers are refused for all.
 
 Why on this floor: it must sit below every loader that uses it, and the lowest is simulator/params.py (floor 2);
 agent/ may not import simulator/ or chamber/ and reads configuration files too (price tables), so the one floor
@@ -39,6 +44,8 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+
+from firmware_bridge.data_numbers import JsonNumbers, yaml_bad_number
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -112,26 +119,30 @@ def read_text_capped(path: str | Path, *, source: str, error: type[ModelFileErro
 
 
 def read_data_file(path: str | Path, *, what: str = "file", error: type[ModelFileError] = ModelFileError,
-                   expected: str = "a mapping", max_bytes: int = DATA_MAX_BYTES) -> Any:
+                   expected: str = "a mapping", max_bytes: int = DATA_MAX_BYTES, allow_non_finite: bool = False
+                   ) -> Any:
     """The parsed content of a YAML or JSON file (JSON when the suffix is .json, YAML otherwise). Raises `error`
     naming `what` and the path when the file is larger than `max_bytes`, cannot be read or parsed, repeats a key,
-    or is empty (`expected` says what it should hold)."""
+    holds NaN or Infinity (unless `allow_non_finite`) or an oversized number (naming its key), or is empty
+    (`expected` says what it should hold)."""
     path = Path(path)
     source = f"{what} {path}"
     text = read_text_capped(path, source=source, error=error, max_bytes=max_bytes)
     return parse_data_text(text, source=source, json_format=path.suffix.lower() == ".json", error=error,
-                           expected=expected)
+                           expected=expected, allow_non_finite=allow_non_finite)
 
 
 def parse_data_text(text: str, *, source: str, json_format: bool = False,
                     error: type[ModelFileError] = ModelFileError, expected: str | None = "a mapping",
-                    loader: type[yaml.SafeLoader] | None = None) -> Any:
+                    loader: type[yaml.SafeLoader] | None = None, allow_non_finite: bool = False) -> Any:
     """`text` parsed as JSON or YAML (with `loader`, a StrictLoader subclass); `error(source, ...)` saying where
-    the parser stopped, which key is repeated, or (unless `expected` is None: then {}) that the document is empty."""
+    the parser stopped, which key is repeated, which key holds NaN/Infinity (unless `allow_non_finite`) or a number
+    too large (beyond a 64-bit float, or an integer of more than MAX_INTEGER_DIGITS digits), or (unless `expected`
+    is None: then {}) that the document is empty."""
     if json_format:
-        data = _parse_json(text, source, error)
+        data = _parse_json(text, source, error, allow_non_finite)
     else:
-        data = _parse_yaml(text, source, error, loader or StrictLoader)
+        data = _parse_yaml(text, source, error, loader or StrictLoader, allow_non_finite)
     if data is None:
         if expected is None:
             return {}
@@ -139,9 +150,10 @@ def parse_data_text(text: str, *, source: str, json_format: bool = False,
     return data
 
 
-def _parse_json(text: str, source: str, error: type[ModelFileError]) -> Any:
+def _parse_json(text: str, source: str, error: type[ModelFileError], allow_non_finite: bool = False) -> Any:
     if not text.strip():
         return None
+    numbers = JsonNumbers(allow_non_finite)
     repeated: dict[int, str] = {}  # id of an object -> the first key it was given twice (json keeps the last)
     holding: list[dict[str, Any]] = []  # those objects, kept alive so that no other object takes their id
 
@@ -155,13 +167,18 @@ def _parse_json(text: str, source: str, error: type[ModelFileError]) -> Any:
         return out
 
     try:
-        data = json.loads(text, object_pairs_hook=pairs)
+        data = json.loads(text, object_pairs_hook=pairs, **numbers.hooks())
     except json.JSONDecodeError as exc:
         raise error(source, f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise error(source, "not JSON we can read (nested too deeply); expected a document of a few levels") from None
     if repeated:
         loc, key = _first_repeated(data, repeated)
         raise error(source, f"key {field_path((*loc, key))!r} appears more than once; expected each key once in "
                             "an object")
+    if numbers.refused:
+        loc, number = numbers.first_refused(data)
+        raise error(source, f"field {field_path(loc)!r}: expected {number.expected}, got {number.got}")
     return data
 
 
@@ -201,13 +218,18 @@ StrictLoader.add_implicit_resolver(_FLOAT, re.compile(
     r"|[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
 
 
-def _parse_yaml(text: str, source: str, error: type[ModelFileError], loader_class: type) -> Any:
+def _parse_yaml(text: str, source: str, error: type[ModelFileError], loader_class: type,
+                allow_non_finite: bool = False) -> Any:
     loader = loader_class(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
         _check_expansion(node, source, error)
+        bad = yaml_bad_number(node, allow_non_finite)  # before any key is constructed: 5,000 digits would raise
+        if bad is not None:
+            loc, line, expected, got = bad
+            raise error(source, f"field {field_path(loc)!r} (line {line}): expected {expected}, got {got}")
         repeated = _yaml_duplicate(loader, node)
         if repeated is not None:
             loc, key, first, again = repeated
@@ -219,6 +241,10 @@ def _parse_yaml(text: str, source: str, error: type[ModelFileError], loader_clas
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or exc
         raise error(source, f"not valid YAML ({_one_line(problem)}{where})") from None
+    except (ValueError, TypeError, RecursionError) as exc:  # a constructor's own refusal, e.g. a date 2024-13-01
+        if isinstance(exc, ModelFileError):
+            raise
+        raise error(source, f"not valid YAML ({_one_line(exc) or type(exc).__name__})") from None
     finally:
         loader.dispose()
 

@@ -6,17 +6,27 @@ file and renaming it over the target is atomic on POSIX, so a reader sees the ol
 torn one. A write that fails (a full disk) removes its `.part` file and raises WriteFailed naming the path, so a
 run can say which file it could not write. `json_default` is the one rule for what the project's JSON may hold beyond plain types (numpy scalars
 and arrays, pydantic models, paths); the CLI's --json output uses it too.
+
+Files a user names (an output option) follow firmware_bridge/output_file.py's rule, re-exported here for the floors
+above chamber/: `check_output_path(path, force=, option=)` before any work (refused if it exists without --force,
+if its folder is missing or not writable), then `write_file_atomic` / `write_json_file` / `staged_output` (a
+temporary file beside it, renamed at the end; a failed write leaves an old file whole and names the path).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from firmware_bridge.output_file import (OutputPathRefused, WriteFailed, check_output_path, staged_output,
+                                         write_failed, write_file_atomic)
+
+__all__ = ["OutputPathRefused", "WriteFailed", "check_output_path", "check_output_paths", "json_default", "json_text",
+           "staged_output", "write_failed", "write_file_atomic", "write_json_atomic", "write_json_file"]
 
 
 def json_default(obj: Any) -> Any:
@@ -33,25 +43,12 @@ def json_default(obj: Any) -> Any:
                     "numpy value, pydantic model or path)")
 
 
-class WriteFailed(OSError):
-    """A file that could not be written (no space left, a file-size limit, no permission); names the file."""
-
-
-def write_failed(exc: OSError, path: Path | str) -> WriteFailed:
-    """`exc` as one line naming `path`: `no space left writing runs/<id>/checks.json`."""
-    what = {errno.ENOSPC: "no space left", errno.EFBIG: "file too large", errno.EDQUOT: "disk quota exceeded"}.get(
-        exc.errno or 0, (exc.strerror or type(exc).__name__).lower())
-    failed = WriteFailed(f"{what} writing {path}")
-    failed.errno = exc.errno
-    return failed
-
-
 def write_json_atomic(path: Path, data: Any) -> Path:
     """Write `data` as indented JSON to `path` through `path.part` and a rename; returns `path`. On failure the
     `.part` file is removed and WriteFailed names `path`."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".part")
-    text = json.dumps(data, indent=2, default=json_default) + "\n"
+    text = json_text(data)
     try:
         _write_text(tmp, text)
         os.replace(tmp, path)
@@ -59,6 +56,24 @@ def write_json_atomic(path: Path, data: Any) -> Path:
         tmp.unlink(missing_ok=True)
         raise write_failed(exc, path) from exc
     return path
+
+
+def check_output_paths(paths: dict[str, str | Path | None], *, force: bool = False) -> None:
+    """check_output_path for each {option: path} given (a None path: the option was not given)."""
+    for option, path in paths.items():
+        if path is not None:
+            check_output_path(path, force=force, option=option)
+
+
+def json_text(data: Any) -> str:
+    """`data` as the project's indented JSON (json_default), ending in a newline."""
+    return json.dumps(data, indent=2, default=json_default) + "\n"
+
+
+def write_json_file(path: Path, data: Any, *, force: bool = False) -> Path:
+    """A JSON file the user named (`sim fit -o`, `score --out`): json_text through write_file_atomic, so an
+    existing file is replaced only with `force` and only once the new one is complete."""
+    return write_file_atomic(path, json_text(data), force=force)
 
 
 def _write_text(tmp: Path, text: str) -> None:

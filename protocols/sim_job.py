@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from chamber.errors import ChamberError
-from protocols.files import write_json_atomic
+from protocols.files import check_output_path, write_json_file
 
 
 class FaultsError(ChamberError, ValueError):
@@ -37,8 +37,10 @@ def serve_board(*, chamber: str, config: str, transport: str, seed: int, params:
         raise FaultsError(f"--faults: expected a JSON object of BoardFaults fields: {exc}") from exc
     board = make_board(chamber, transport=transport, seed=seed, config=config, params=read_params(params),
                        faults=switches, pace=pace, window=window, host=host, port=listen_port)
+    from chamber.stop import STOP_SIGNALS
+
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in STOP_SIGNALS:  # Ctrl-C, SIGTERM, a closed terminal, Ctrl-\: the board stops serving
         signal.signal(signum, lambda *_: stop.set())
     on_ready({"url": board.url, "chamber": chamber, "config": config, "transport": transport, "seed": seed,
               "pace": pace, "window": window, "pid": os.getpid()})
@@ -50,15 +52,19 @@ def serve_board(*, chamber: str, config: str, transport: str, seed: int, params:
         board.transport.close()
 
 
-def fit_job(recording: str | Path, output: Path, base: str | Path | None) -> dict[str, Any]:
-    """Fit simulator parameters to a recorded CSV (from `base`, YAML or JSON, if given) and write them to `output`."""
+def fit_job(recording: str | Path, output: Path, base: str | Path | None, force: bool = False) -> dict[str, Any]:
+    """Fit simulator parameters to a recorded CSV (from `base`, YAML or JSON, if given) and write them to `output`:
+    a new file unless `force` (checked before the fit), written whole, and only parameters that `sim serve
+    --params` reads back (a fit that produced NaN is refused by the parameter model, not written)."""
     from chamber.selection import read_params
     from simulator.fit import fit_recording
     from simulator.params import dump_params, params_from
 
+    check_output_path(output, force=force, option="-o")
     start = params_from(read_params(base)) if base else None
     result = fit_recording(recording, base=start)
-    write_json_atomic(Path(output), dump_params(result.params))
+    fitted = dump_params(params_from(dump_params(result.params)))  # validated again: finite, as a reader wants
+    write_json_file(Path(output), fitted, force=force)
     return {"output": str(output), "source": result.params.source, "fit": result.report}
 
 

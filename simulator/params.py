@@ -34,7 +34,10 @@ BAROMETERS = ("upwind", "downwind", "ambient", "intake")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys refused (a typo must not leave a default in force), and NaN or Infinity too (issue 31): a NaN
+    offset or gain compares false with every bound, so it would pass each check and poison every row."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class WindTunnelParams(_Strict):

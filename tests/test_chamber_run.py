@@ -211,7 +211,7 @@ def test_a_stop_request_ends_after_the_current_row_keeps_every_row_and_the_safe_
     assert outcome.interrupted and outcome.rows == 3 and len(frames) == 3 and outcome.stopped_at_line == 8
     assert chamber.state()["load_in"] == np.float32(0.8)
     safe = apply_safe_state(chamber, resolve_safe_state())
-    assert safe.error is None and chamber.state() == {"load_in": 0.0, "load_out": 0.0}
+    assert safe.error is None and chamber.state() == DEFAULT_SAFE["wt"]  # the fans off, the hatch home
 
 
 def test_a_halted_board_is_reset_before_the_safe_state(tmp_path):
@@ -220,7 +220,7 @@ def test_a_halted_board_is_reset_before_the_safe_state(tmp_path):
     chamber = open_chamber(backend="sim", chamber="wt")
     chamber._halted = FirmwareError("er03")  # as after a firmware error report
     outcome = apply_safe_state(chamber, resolve_safe_state())
-    assert outcome.reset_first and outcome.error is None and outcome.applied == {"load_in": 0.0, "load_out": 0.0}
+    assert outcome.reset_first and outcome.error is None and outcome.applied == DEFAULT_SAFE["wt"]
 
 
 def test_sigterm_stops_chamber_run_prints_the_interrupted_summary_and_keeps_the_rows(tmp_path):
@@ -243,14 +243,14 @@ def test_sigterm_stops_chamber_run_prints_the_interrupted_summary_and_keeps_the_
     summary = json.loads(stdout)
     assert proc.returncode == 130
     assert summary["interrupted"] and summary["rows"] == 1 and summary["stopped_at_line"] == 3
-    assert summary["safe_state"]["applied"] == {"load_in": 0.0, "load_out": 0.0}
+    assert summary["safe_state"]["applied"] == DEFAULT_SAFE["wt"]
     assert len(out.read_text().splitlines()) == 2
 
 
 # ----------------------------------------------------------------------------------------------- limits
 def test_one_limits_file_covers_both_chambers_with_their_own_safe_states(tmp_path):
     path = tmp_path / "limits.yaml"
-    path.write_text("wt:\n  variables:\n    load_in: {max: 0.5}\n  safe: {load_in: 0, load_out: 0, hatch: 0}\n"
+    path.write_text("wt:\n  variables:\n    load_in: {max: 0.5}\n  safe: {load_in: 0, pot_2: 0}\n"
                     "lt:\n  variables:\n    red: {max: 100}\n")
     limits = load_limits(path)
     assert limits.chambers == ("wt", "lt")
@@ -261,7 +261,7 @@ def test_one_limits_file_covers_both_chambers_with_their_own_safe_states(tmp_pat
     with pytest.raises(Exception, match=r"-inf..100 \(operator limits\)"):
         lt.set("red", 101)
     safe = resolve_safe_state(None, limits)
-    assert safe.for_chamber("wt") == {"load_in": 0, "load_out": 0, "hatch": 0}
+    assert safe.for_chamber("wt") == {**DEFAULT_SAFE["wt"], "pot_2": 0}  # added to the resting state
     assert safe.for_chamber("lt") == DEFAULT_SAFE["lt"]
     # a one-chamber file, given while both are connected, limits its own chamber only
     single = parse_limits({"chamber": "wt", "variables": {"hatch": {"max": 45}}}).covering()
@@ -350,7 +350,7 @@ def test_an_operator_command_reads_its_limits_file_once_and_leaves_the_chamber_i
     from chamber.operator import board_selection, measure_command
 
     path = tmp_path / "limits.yaml"
-    path.write_text("chamber: wt\nvariables: {hatch: {max: 40}}\nsafe: {load_in: 0, load_out: 0, hatch: 2}\n")
+    path.write_text("chamber: wt\nvariables: {pot_2: {max: 40}}\nsafe: {load_in: 0, load_out: 0, pot_2: 2}\n")
     reads: list[str] = []
     real_load = limits_module.load_model_file
     monkeypatch.setattr(limits_module, "load_model_file", lambda p, *a, **k: reads.append(str(p)) or
@@ -360,7 +360,7 @@ def test_an_operator_command_reads_its_limits_file_once_and_leaves_the_chamber_i
                            warn=lambda line: None)
     assert reads == [str(path)]  # the chamber's limits and the command's safe state come from one read
     assert len(data["rows"]) == 2 and data["applied"] == {"hatch": 7.0}
-    assert data["safe_state"]["applied"] == {"load_in": 0.0, "load_out": 0.0, "hatch": 2.0}
+    assert data["safe_state"]["applied"] == {**DEFAULT_SAFE["wt"], "pot_2": 2.0}  # its section adds to the rest
 
 
 @pytest.mark.parametrize("chamber_line", ["chamber: wt\n", ""])  # a file for the wt, or for whichever is connected
@@ -368,11 +368,11 @@ def test_safe_close_without_a_given_state_uses_the_chambers_own_limits_safe_sect
     from chamber.safe_state import safe_close
 
     path = tmp_path / "limits.yaml"
-    path.write_text(chamber_line + "safe: {load_in: 0.05, hatch: 3}\n")
+    path.write_text(chamber_line + "safe: {pot_2: 3, res_in: 1}\n")
     wt = open_chamber(backend="sim", chamber="wt", limits=path)
-    wt.set_many({"load_in": 0.8, "load_out": 0.4})
+    wt.set_many({"load_in": 0.8, "load_out": 0.4, "hatch": 20})
     outcome = safe_close(wt)
-    assert outcome.error is None and outcome.applied == {"load_in": 0.05, "hatch": 3.0}
+    assert outcome.error is None and outcome.applied == {**DEFAULT_SAFE["wt"], "pot_2": 3.0, "res_in": 1.0}
     lt = open_chamber(backend="sim", chamber="lt")  # no limits: the default
     assert safe_close(lt).applied == DEFAULT_SAFE["lt"]
 
@@ -380,7 +380,7 @@ def test_safe_close_without_a_given_state_uses_the_chambers_own_limits_safe_sect
 @pytest.mark.parametrize("text, problem", [
     ("wt: {load_in: '0'}\n", r"field 'wt\.load_in': Input should be a valid number \(got '0'\)"),
     ("wt: {load_in: true}\n", r"field 'wt\.load_in': expected a number, got true \(a boolean\)"),
-    ("wt: {load_in: .nan}\n", r"field 'wt\.load_in': Input should be a finite number \(got nan\)"),
+    ("wt: {load_in: .nan}\n", r"field 'wt\.load_in' \(line 1\): expected a finite number, got \.nan"),  # issue 31
     ("xt: {load_in: 0}\n", r"unexpected field 'xt' \(expected one of: wt, lt\)"),
     ("", r"empty document; expected a mapping of settings by chamber \(wt: \{variable: value\}"),
     ("- 1\n", r"expected a mapping of SafeStateFile fields at the top level, got list"),
@@ -395,7 +395,45 @@ def test_a_bad_safe_state_file_is_refused_in_one_line_naming_the_file_and_the_fi
     with pytest.raises(LimitsError, match=f"^safe-state file {re.escape(str(path))}: {problem}") as caught:
         load_safe_state(path)
     assert isinstance(caught.value, ModelFileError) and "\n" not in str(caught.value)
-    path.write_text("wt: {load_in: 0, hatch: 2}\nlt: {red: 0}\n")
+    path.write_text("wt: {load_in: 0, pot_2: 2}\nlt: {red: 0}\n")
     safe = load_safe_state(path)
-    assert safe.for_chamber("wt") == {"load_in": 0.0, "hatch": 2.0} and safe.for_chamber("lt") == {"red": 0.0}
-    assert safe.source == str(path)
+    assert safe.for_chamber("wt") == {**DEFAULT_SAFE["wt"], "pot_2": 2.0}
+    assert safe.for_chamber("lt") == DEFAULT_SAFE["lt"]  # restating a resting value changes nothing
+    assert safe.source.endswith(f"safe-state file {path}")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("lt: {red: 0}\n", None),  # names only the light tunnel: the wind tunnel keeps its resting state
+    ("wt: {load_in: 0.8}\n", r"field 'wt\.load_in': load_in=0\.8: load_in rests at 0 in the built-in safe state"),
+    ("wt: {hatch: 30}\n", r"field 'wt\.hatch': hatch=30: hatch rests at 0"),
+    ("wt: {pressure_upwind: 0}\n", r"pressure_upwind is a sensor, expected an actuator"),
+    ("wt: {red: 0}\n", r"expected an actuator of the wt chamber"),
+    ("wt: {pot_2: 300}\n", r"pot_2=300: expected 0\.\.255"),
+    ("lt: {pol_1: 40}\n", r"pol_1=40: pol_1 rests at 0"),
+])
+def test_a_safe_file_only_adds_to_the_resting_state_and_is_checked_before_anything_opens(tmp_path, text, problem):
+    """Issue 31: a --safe naming only lt: left the wind tunnel's fans at 0.8 ("nothing to set"); a safe section
+    that sets a fan, moves the hatch, or names a sensor or another chamber's variable is refused, offline."""
+    from chamber.errors import LimitsError
+
+    path = tmp_path / "safe.yaml"
+    path.write_text(text)
+    if problem is None:
+        assert resolve_safe_state(path).for_chamber("wt") == DEFAULT_SAFE["wt"]
+        return
+    with pytest.raises(LimitsError, match=f"^safe-state file {re.escape(str(path))}: .*{problem}"):
+        resolve_safe_state(path)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench_cli.py"), "chamber", "measure", "--port",
+                           "socket://127.0.0.1:9", "--safe", str(path), "-n", "1"],
+                          capture_output=True, text=True, timeout=60)  # no board there: refused before opening
+    assert proc.returncode == 2 and "LimitsFileError" in proc.stderr and "cannot open" not in proc.stderr, proc.stderr
+
+
+def test_limits_that_keep_a_chamber_from_resting_are_refused_before_it_opens(tmp_path):
+    from chamber.errors import LimitsError
+
+    with pytest.raises(LimitsError, match=r"'wt\.variables\.load_in': the limit 0\.1\.\.inf excludes load_in=0"):
+        resolve_safe_state(None, parse_limits({"wt": {"variables": {"load_in": {"min": 0.1}}}}))
+    with pytest.raises(LimitsError, match=r"pot_2=200: outside the operator limit -inf\.\.100"):
+        resolve_safe_state(None, parse_limits({"chamber": "wt", "variables": {"pot_2": {"max": 100}},
+                                               "safe": {"pot_2": 200}}))

@@ -44,8 +44,10 @@ class ArchiveFileError(ArchiveError, ModelFileError):
 
 
 def _load_json(path: Path) -> Any:
-    # JSON by its suffix; Python's json (under read_data_file) accepts the archive's bare NaN tokens
-    return read_data_file(path, what="archive file", error=ArchiveFileError, max_bytes=ARCHIVE_MAX_BYTES)
+    # JSON by its suffix; the seed paper's archives write bare NaN tokens (a missing score), so they are let in here
+    # and nowhere else (every settings file refuses NaN and infinity)
+    return read_data_file(path, what="archive file", error=ArchiveFileError, max_bytes=ARCHIVE_MAX_BYTES,
+                          allow_non_finite=True)
 
 
 def _cell(**kw: Any) -> ImportedCell:

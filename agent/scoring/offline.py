@@ -6,7 +6,6 @@ floor's jobs; the CLI parses the paths and renders the result (`score_text`, `re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -20,20 +19,22 @@ class NotARunFolder(ValueError):
 
 
 def score_job(paths: Sequence[Path], *, datasheets_dir: Path, prices: Path | None, no_grounding: bool,
-              out: Path | None, claims: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              out: Path | None, claims: Mapping[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
     """Score record files, run folders or an imported archive (agent.scoring.score) with the price table of the
-    file `prices`; written to `out` if given. Each run folder's cells are graded against the claim pool the run
-    recorded (claim_pool.json; an older folder: the pool `run` grades), unless `claims` is given (`--claims`).
-    The source-grounding search runs unless `no_grounding`, when the datasheet folder exists."""
+    file `prices`; written to `out` if given (a new file in an existing folder unless `force`, checked before
+    scoring, and written whole: protocols.files.write_json_file). Each run folder's cells are graded against the
+    claim pool the run recorded (claim_pool.json; an older folder: the pool `run` grades), unless `claims` is given
+    (`--claims`). The source-grounding search runs unless `no_grounding`, when the datasheet folder exists."""
     from agent.scoring.pricing import load_price_table
     from agent.scoring.score import score_paths
-    from protocols.files import json_default
+    from protocols.files import check_output_path, write_json_file
 
+    if out is not None:
+        check_output_path(out, force=force, option="--out")
     data = score_paths(list(paths), claims=claims, datasheets_dir=datasheets_dir if datasheets_dir.exists() else None,
                        prices=load_price_table(prices) if prices else None, ground=not no_grounding)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(data, default=json_default), encoding="utf-8")
+        write_json_file(out, data, force=force)
     return data
 
 
