@@ -5,7 +5,10 @@ the report, and a summary.
 Why here: the job joins the lab part and the agent part, so it lives on the agent floor; it reaches the chambers
 only through protocols/ (opening, grading, the API) and the agent's cells only through HTTP. Every input (model
 spec and key, claim files and ids, limits and station files) is checked before any chamber opens or a run folder
-is made. Ctrl-C or SIGTERM leaves the chambers safe and the index and summary say `interrupted`.
+is made. Ctrl-C or SIGTERM leaves the chambers safe and the index and summary say `interrupted`, with the verdicts
+decided by then (checks.json holds them). A resumed run (`--resume`, or the interrupted run picked up by default)
+keeps the agent's finished cells and the chamber verdicts decided before it was stopped or killed, with or
+without the agent (protocols.bench_job.run_lab_job).
 """
 
 from __future__ import annotations
@@ -76,8 +79,8 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     from protocols.exit_codes import FAILED, RUN_STATUS, exit_code, outcomes_of
     from protocols.files import write_json_atomic
     from protocols.api.live_job import start_job_live_view
-    from protocols.bench_job import (check_job_files, job_station_file, open_job_chambers, run_lab_job,
-                                   start_chamber_api)
+    from protocols.bench_job import (LabInterrupted, check_job_files, job_station_file, open_job_chambers,
+                                     run_lab_job, start_chamber_api)
 
     ports, (claim_paths, selected) = job.port, split_claims_args(job.claims)
     model = None  # a wrong model spec, missing key, claim, limits or station file fails now, before any chamber
@@ -108,7 +111,8 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         opened.close()
         raise
     if folder.resumed:
-        progress.say(f"resuming run {folder.run_id} (finished agent cells are kept; --new starts afresh)")
+        progress.say(f"resuming run {folder.run_id} (finished agent cells and the chamber verdicts decided are kept; "
+                     "--new starts afresh)")
     summary: dict[str, Any] = {"run_id": folder.run_id, "run_dir": str(folder.run_dir), "backend": backend}
     where: list[dict[str, Any]] = []
 
@@ -130,7 +134,9 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
                     for r in checks:
                         folder.index.record_verdict(folder.run_id, r)
                 lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
-                                  progress=shown, graded=view.graded, on_verdicts=on_verdicts)
+                                  progress=shown, graded=view.graded, on_verdicts=on_verdicts,
+                                  on_verdict=lambda r: folder.index.record_verdict(folder.run_id, r),
+                                  resume=folder.resumed)
                 summary.update(lab.summary)
                 if station and (folder.run_dir / "station_checks.json").exists():
                     view.verdicts(_read_json(folder.run_dir / "station_checks.json").get("results", []),
@@ -155,11 +161,16 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         progress.say(f"report: writing {folder.run_dir / 'report.md'} and report.html")
         write_json_atomic(folder.run_dir / "summary.json", summary)
         summary["report"] = str(write_report(folder.run_dir))
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: chambers made safe above; the index and summary say so
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: chambers made safe above; the index and summary say so
+        if isinstance(exc, LabInterrupted):  # the verdicts decided by then (checks.json holds them)
+            summary.update(exc.summary)
         summary["interrupted"] = True
         summary["status"] = RUN_STATUS[exit_code(summary)]
         record_provenance()
     except BaseException as exc:  # the error is the CLI's to print (exit 2, or 3 for an unconfirmed safe state)
+        if isinstance(exc.__cause__, LabInterrupted):  # interrupted, then the safe state was not confirmed
+            summary.update(exc.__cause__.summary)
+            summary["interrupted"] = True
         summary["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
         summary["status"] = RUN_STATUS[max(exit_code(summary), FAILED)]
         raise
@@ -187,7 +198,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def shortfall(summary: dict[str, Any], *, agent_asked: bool, agent_claims: list[Any]) -> dict[str, int]:
     """What of the job was not done, counted (only non-zero counts): claims with an `error` verdict, agent cells
     that ended in an engine error, agent cells asked for but not run (no datasheet, a cell that crashed, the agent
-    part skipped)."""
+    part skipped), cells whose datasheet could not be read (document_unreadable: no answer was possible)."""
     agent = summary.get("agent") or {}
     scores = agent.get("fidelity_and_flags") or {}
     counts = {"error_verdicts": len(summary.get("error_claims", []))}
@@ -196,6 +207,7 @@ def shortfall(summary: dict[str, Any], *, agent_asked: bool, agent_claims: list[
                                       scores.get("engine_errors", 0) if isinstance(scores, dict) else 0)
         counts["cells_not_run"] = agent.get("not_run", 0) if agent else len(
             [c for c in agent_claims if c.source.prints_figure])
+        counts["unreadable_datasheets"] = scores.get("document_unreadable", 0) if isinstance(scores, dict) else 0
     return {k: v for k, v in counts.items() if v}
 
 

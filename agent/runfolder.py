@@ -8,12 +8,19 @@ SIGKILL, so an interrupted run can be resumed by the next process while a live o
 default resume skips a folder that is held (and starts a new run), and an explicit `--resume` of a held folder
 is refused with RunLocked. A run that ended (`finished`, or `completed with errors`: it ran to its end with error
 verdicts, engine errors or cells not run) is not resumed by default; an interrupted, failed or killed one is.
+
+A run killed outright never wrote its end, so its index row said `running` forever (issue 31). The lock tells the
+truth: a `running` row whose folder's lock no process holds is marked `interrupted` by the next `runs list` or
+`run` (`mark_dead_runs`), with the verdicts the index had recorded by then, and `run --resume` continues it (the
+agent's finished cells and the chamber verdicts decided before the kill are kept: agent/main_job.py).
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -22,8 +29,10 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.runindex import RunIndex
-from protocols.exit_codes import DONE, INCOMPLETE, RUN_STATUS
+from agent.runindex import IndexWriteFailed, RunIndex
+from protocols.exit_codes import DONE, INCOMPLETE, INTERRUPTED, RUN_STATUS
+
+log = logging.getLogger(__name__)
 
 LOCK_NAME = ".run.lock"
 ENDED = (RUN_STATUS[DONE], RUN_STATUS[INCOMPLETE])
@@ -57,6 +66,51 @@ def _try_lock(run_dir: Path) -> int | None:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
+
+
+def _lock_is_free(run_dir: Path) -> int | None:
+    """An open descriptor holding `run_dir`'s lock when no process held it (its run's process is gone), without
+    touching the lock file's content; None while a process holds it. The caller closes the descriptor."""
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # the folder is gone or unwritable: nothing to tell from the lock
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def mark_dead_runs(index: RunIndex) -> list[str]:
+    """Mark `interrupted` every run the index says is running but whose process is gone (no process holds its
+    folder's lock: the kernel drops a flock when its process dies, even by SIGKILL); returns their ids. The lock
+    is held only while the row is updated, so a run is never marked while another process resumes it."""
+    marked = []
+    for row in list(index.runs()):
+        if row.status != "running":
+            continue
+        run_dir = Path(row.run_dir)
+        fd = _lock_is_free(run_dir) if run_dir.is_dir() else None
+        if fd is None and run_dir.is_dir():
+            continue  # a live process holds it
+        try:
+            verdicts = Counter(v["verdict"] for v in index.verdicts(row.run_id))
+            summary = {"run_id": row.run_id, "run_dir": row.run_dir, "status": RUN_STATUS[INTERRUPTED],
+                       "interrupted": True, "verdicts": dict(verdicts),
+                       "note": ("its process ended without finishing (killed, or the machine stopped); `chamberlab "
+                                f"run --resume {row.run_dir}` continues it" if run_dir.is_dir()
+                                else "its process ended without finishing and its folder is gone")}
+            if index.mark_interrupted(row.run_id, summary):
+                marked.append(row.run_id)
+        except IndexWriteFailed as exc:  # a read-only index: listed as it stands, named once
+            log.warning("cannot mark run %s interrupted: %s", row.run_id, exc)
+            break
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return marked
 
 
 def _holder(run_dir: Path) -> str:
@@ -111,6 +165,7 @@ def open_run_folder(runs_dir: Path, backend: str, *, resume: Path | None = None,
     runs_dir = Path(runs_dir).resolve()
     index = RunIndex(runs_dir / "index.sqlite")
     try:
+        mark_dead_runs(index)
         run_dir, fd = _choose(runs_dir, index, backend, resume, new, clock)
     except BaseException:
         index.close()
@@ -209,11 +264,13 @@ def provenance(folder: RunFolder, *, finished: datetime, seed: int | None, model
 
 
 def runs_job(runs_dir: Path) -> dict[str, Any]:
-    """Every run in `runs_dir`'s index (none when there is no index yet), as JSON-ready rows."""
+    """Every run in `runs_dir`'s index (none when there is no index yet), as JSON-ready rows; a run whose process
+    is gone although its row said running is marked `interrupted` first (mark_dead_runs)."""
     path = Path(runs_dir).resolve() / "index.sqlite"
     if not path.exists():
         return {"runs": []}
     with RunIndex(path) as index:
+        mark_dead_runs(index)
         return {"runs": [dict(r.__dict__) for r in index.runs()]}
 
 

@@ -124,6 +124,14 @@ class RunIndex:
             self._db.execute("UPDATE runs SET finished=?, status=?, summary=? WHERE run_id=?",
                              (finished, status, json.dumps(summary), run_id))
 
+    def mark_interrupted(self, run_id: str, summary: dict[str, Any]) -> bool:
+        """A run whose process is gone (killed, crashed, the machine stopped) while its row still says running:
+        status `interrupted` and `summary`; False when the row no longer says running (it ended meanwhile)."""
+        with self._writing():
+            cur = self._db.execute("UPDATE runs SET status='interrupted', summary=? WHERE run_id=? AND "
+                                   "status='running'", (json.dumps(summary), run_id))
+        return cur.rowcount == 1
+
     def record_verdict(self, run_id: str, result: dict[str, Any]) -> None:
         m = result.get("measured") or {}
         with self._writing():

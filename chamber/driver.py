@@ -4,6 +4,13 @@ Why the rules live here: validation and operator limits before anything is sent,
 firmware error until reset, and recovering from a lost link (fail the measurement in flight, reconnect with
 back-off on next use, re-apply the last settings, mark the frame) must hold for every caller and both backends.
 
+A board that does not come back is given a bounded time (issue 31): the reconnection of a lost link — its attempts
+and the waits between them together — stops at `reconnect_window` seconds (30 by default, on the `clock` passed
+in), each attempt is said to an observer ("board lost, reconnecting (2/8)"), and once the window is spent the
+chamber is marked lost (BoardLost): every later command fails at once, naming when the board was lost, instead
+of each claim of a batch spending its own minutes on reconnects. connect(), reset() or a settle() that reopens
+the port brings it back; the exit path's safe state still tries once (Chamber.settle, bounded by the backend).
+
 One exchange at a time: the main job's API serves chamber calls from a worker thread while the main thread may
 leave (Ctrl-C, SIGTERM) and apply the safe state; every command holds the chamber's lock, and the exit path takes
 it with a timeout (`exclusive`), so the two never interleave on the wire.
@@ -15,6 +22,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator
 
 from chamber.backend import SETTLE_TIMEOUT_S, Backend, Settled
@@ -27,18 +35,57 @@ from firmware_bridge.variables import Kind, Layout, layout_from_names
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
-"""Seconds to wait before each reconnection attempt (the first also lets the board notice the port closed)."""
+DEFAULT_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
+"""Seconds to wait before each reconnection attempt (the first also lets the board notice the port closed); a
+port that refuses at once is tried for ~13 s (a USB re-enumeration, a board's reboot), within the window below."""
+
+RECONNECT_WINDOW_S = 30.0
+"""The most a lost link's reconnection may take, attempts and waits together. An attempt is started only when it
+fits in what is left, judged by the longest attempt so far (a silent board costs the backend's boot timeout and
+RST patience, 18 s by default, per attempt), so the window is not overrun by more than the first attempt."""
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class BoardLost(LinkLost):
+    """The board was lost and not reconnected within the reconnect window: the chamber refuses every command at
+    once (no new attempts) until connect(), reset() or a settle() that reopens the port succeeds. Names when the
+    link was lost, how many attempts were made over how long, and the last attempt's error."""
+
+    def __init__(self, lost_at: datetime, attempts: int, spent_s: float, window_s: float, last: str):
+        self.lost_at = lost_at
+        self.attempts = attempts
+        self.spent_s = spent_s
+        self.window_s = window_s
+        self.last = last
+        plural = "" if attempts == 1 else "s"
+        super().__init__(f"board lost at {lost_at.astimezone(timezone.utc):%H:%M:%S} UTC, not reconnected within "
+                         f"{window_s:g} s: could not reconnect after {attempts} attempt{plural} over {spent_s:.1f} s "
+                         f"(last: {last})")
 
 
 class Chamber:
     def __init__(self, backend: Backend, *, limits: OperatorLimits | dict | str | None = None,
-                 backoff: Iterable[float] = DEFAULT_BACKOFF, sleep: Callable[[float], None] = time.sleep):
+                 backoff: Iterable[float] = DEFAULT_BACKOFF, sleep: Callable[[float], None] = time.sleep,
+                 reconnect_window: float = RECONNECT_WINDOW_S, clock: Callable[[], float] = time.monotonic,
+                 now: Callable[[], datetime] = _utc_now):
+        """`backoff`: the wait before each reconnection attempt; `reconnect_window`: the most a reconnection takes
+        (seconds of `clock`, a monotonic clock); `now` dates the loss of a link (BoardLost's message)."""
         self.backend = backend
         self._limits_given: OperatorLimits | None = as_limits(limits)
         self.limits: OperatorLimits | None = self._limits_given  # after connect: the part for this chamber
         self._backoff = tuple(backoff)
+        if not self._backoff:
+            raise ValueError("expected at least one reconnection attempt (a backoff of one wait or more)")
         self._sleep = sleep
+        self._window = float(reconnect_window)
+        self._clock = clock
+        self._now = now
+        self._lost_at: datetime | None = None  # when the link in `_link_down` was lost
+        self._lost: BoardLost | None = None  # set once a reconnection spent its window: commands fail at once
+        self._observer: Callable[[str], None] | None = None
         self._boot: BootInfo | None = None
         self._layout: Layout | None = None
         self._catalogue: VariableCatalogue | None = None
@@ -58,8 +105,31 @@ class Chamber:
             self._install(self.backend.connect())
             self._applied.clear()
             self._halted = None
-            self._link_down = None
+            self._back_up()
         return self
+
+    @contextmanager
+    def observed(self, observer: Callable[[str], None]) -> Iterator["Chamber"]:
+        """Say the link's story to `observer` while in the block: the loss, each reconnection attempt ("board
+        lost, reconnecting (2/8)"), the reconnection or the give-up. The observer before it is restored after."""
+        before, self._observer = self._observer, observer
+        try:
+            yield self
+        finally:
+            self._observer = before
+
+    def _say(self, message: str) -> None:
+        if self._observer is not None:
+            try:
+                self._observer(message)
+            except Exception:  # a progress sink must not decide whether the board reconnects
+                log.debug("the link observer failed", exc_info=True)
+
+    def _back_up(self) -> None:
+        """The link works again (a fresh connection): nothing is down or lost."""
+        self._link_down = None
+        self._lost_at = None
+        self._lost = None
 
     @contextmanager
     def exclusive(self, timeout: float | None = None, *, take_over: bool = False) -> Iterator["Chamber"]:
@@ -170,7 +240,7 @@ class Chamber:
             if result.boot is not None:  # the board rebooted (reopened port, or the RST in flight): settings gone
                 self._install(result.boot)
                 self._applied.clear()
-                self._link_down = None
+                self._back_up()
             if result.how == "reset":
                 self._reconnects += 1
                 self._reconnected = True
@@ -184,7 +254,7 @@ class Chamber:
             self._install(self.backend.reset())
             self._applied.clear()
             self._halted = None
-            self._link_down = None
+            self._back_up()
 
     def state(self) -> dict[str, float]:
         """The last applied value of each input variable the host set (since connect or reset)."""
@@ -202,6 +272,8 @@ class Chamber:
             return "down", NotConnected("the chamber was closed")
         if self._halted is not None:
             return "halted", self._halted
+        if self._lost is not None:
+            return "down", self._lost
         if self._link_down is not None:
             return "down", self._link_down
         return "up", None
@@ -246,30 +318,53 @@ class Chamber:
             self._halted = exc
             raise
         except LinkLost as exc:
+            if self._link_down is None:
+                self._lost_at = self._now()
             self._link_down = exc
             raise
 
     def _ensure_link(self) -> None:
+        """Reconnect a lost link and re-apply the last settings, within the reconnect window; BoardLost (then at
+        once on every later call) when the window is spent."""
         if self._link_down is None:
             return
+        if self._lost is not None:
+            lost = self._lost
+            raise BoardLost(lost.lost_at, lost.attempts, lost.spent_s, lost.window_s, lost.last)
         last: LinkLost = self._link_down
+        lost_at = self._lost_at or self._now()
+        total = len(self._backoff)
+        began = self._clock()
+        longest = 0.0  # the longest attempt so far: the next one is started only if one as long still fits
+        attempts = 0
         for attempt, delay in enumerate(self._backoff, start=1):
+            if attempt > 1 and self._clock() - began + delay + longest > self._window:
+                break
+            self._say(f"board lost ({last.reason}), reconnecting ({attempt}/{total})" if attempt == 1
+                      else f"board lost, reconnecting ({attempt}/{total})")
             self._sleep(delay)
+            attempts = attempt
+            started = self._clock()
             try:
                 self._install(self.backend.connect())
                 for name, value in list(self._applied.items()):
                     self.backend.set(name, value)
             except FirmwareError as exc:
                 self._halted = exc
-                self._link_down = None
+                self._back_up()
                 raise
             except LinkLost as exc:
                 log.info("reconnect attempt %d failed: %s", attempt, exc)
                 last = exc
+                longest = max(longest, self._clock() - started)
                 continue
-            self._link_down = None
+            self._back_up()
             self._reconnects += 1
             self._reconnected = True
             log.info("reconnected after %d attempt(s); re-applied %d setting(s)", attempt, len(self._applied))
+            self._say(f"reconnected after {attempt} attempt(s); re-applied {len(self._applied)} setting(s)")
             return
-        raise LinkLost(f"could not reconnect after {len(self._backoff)} attempts (last: {last.reason})")
+        self._lost = BoardLost(lost_at, attempts, self._clock() - began, self._window, last.reason)
+        log.log(logging.INFO if self._observer is not None else logging.WARNING, "%s", self._lost)  # said once
+        self._say(f"{self._lost.reason}: its remaining work ends as error at once")
+        raise BoardLost(lost_at, attempts, self._lost.spent_s, self._window, last.reason)

@@ -6,6 +6,13 @@ the chamber selection (chamber/selection.py), the files and a `say` sink for pro
 of JSON-ready values; the `*_text` functions beside them are the text renderings the CLI prints without --json.
 A job that opened chambers says how it left them (`safe_state`, one outcome per chamber), and `check` counts its
 `error` verdicts (`incomplete`), so the CLI's exit code (protocols/exit_codes.py) tells the truth.
+
+What was decided is kept (issue 31): a `check` stopped by Ctrl-C or SIGTERM returns the verdicts graded before
+it (`interrupted`, `not_graded`; exit code 130, or 3 when a chamber's safe state was not confirmed), and a board
+lost mid-batch ends its remaining claims as `error` at once (the driver's reconnect window) beside the verdicts
+already decided. Nothing is overwritten or destroyed: a file the user names (`calibrate -o`, `sweep --csv/--plot`)
+is refused if it exists (unless `force`) or cannot be written, before any chamber is opened, and is written
+through a temporary file renamed into place (protocols/files.py), so a full disk leaves an old record whole.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 from protocols.claims import Claim, get_claim
 from protocols.exit_codes import outcomes_of
 from protocols.bench_job import open_lab
+from protocols.files import check_output_path, check_output_paths, write_file_atomic
 
 Say = Callable[[str], None]
 
@@ -51,18 +59,23 @@ def open_station_file(station_file: str | Path | None, say: Say) -> Any:
 
 
 # --------------------------------------------------------------------------------------------- calibrate
-def calibrate_job(selection: Any, *, n: int, osr: int, output: str | Path | None, say: Say) -> dict[str, Any]:
-    """Cross-sensor calibration of the wind tunnel's four barometers; the record (written to `output` if given)."""
-    from calibration.records import record_from_calibration, save_record
+def calibrate_job(selection: Any, *, n: int, osr: int, output: str | Path | None, say: Say,
+                  force: bool = False) -> dict[str, Any]:
+    """Cross-sensor calibration of the wind tunnel's four barometers; the record (written to `output` if given:
+    refused before the chamber is opened if a file is there and not `force`, or if its folder cannot be written;
+    written whole or not at all)."""
+    from calibration.records import record_from_calibration
     from protocols.runner import calibrate
 
+    if output:
+        check_output_path(output, force=force, option="-o")  # before the chamber is opened (and so reset)
     with open_lab(selection, say) as opened:
         if "wt" not in opened.chambers:
             raise JobRefused("calibration needs the wind tunnel; connected: " + ", ".join(opened.chambers))
         cal = calibrate(opened.chambers["wt"], n=n, osr=osr, progress=say)
     record = record_from_calibration(cal, date=datetime.now(timezone.utc))
     if output:
-        save_record(record, Path(output))
+        write_file_atomic(Path(output), record.model_dump_json(by_alias=True, indent=2) + "\n", force=force)
     return {"record": record.model_dump(mode="json", by_alias=True), "path": output, "safe_state": outcomes_of(opened)}
 
 
@@ -76,13 +89,15 @@ def calibration_text(d: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------- check
 def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration: str | Path | None,
               station: str | Path | None, say: Say,
-              progress: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+              progress: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str] | None]:
     """Grade `claims` on the chambers of `selection` with the calibration record of the file `calibration` (None:
     calibrate in the same plan) and the instrument station of the file `station` (None: the chamber alone): one
-    result dict per claim, and the chambers' safe-state outcomes. A bad station file or instrument fails before
-    any staging. `progress` (a protocols.bench_job.JobProgress): the claims as one stage, i/N with the staging
-    reads as its notes; without one every progress line goes to `say`."""
-    from protocols.bench_job import grade_claims, progress_steps
+    result dict per claim graded, the chambers' safe-state outcomes, and None, or, when Ctrl-C or SIGTERM
+    stopped the batch, the ids of the claims not graded (the results are then those decided before it). A bad
+    station file or instrument fails before any staging. `progress` (a protocols.bench_job.JobProgress): the
+    claims as one stage, i/N with the staging reads as its notes; without one every progress line goes to `say`."""
+    from protocols.bench_job import grade_claims, link_notes, progress_steps
+    from protocols.runner import BatchInterrupted
 
     record = None
     if calibration:
@@ -90,16 +105,23 @@ def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration
 
         record = load_record(Path(calibration))
     instruments = open_station_file(station, say)
+    not_graded: list[str] | None = None
     try:
         with open_lab(selection, say) as opened:
             if progress is not None:
                 progress.start("checks", len(claims))
-            results = grade_claims(claims, opened.chambers, rows=rows, calibration=record, station=instruments,
-                                   report=say if progress is None else progress_steps(progress))
+            try:
+                results = grade_claims(claims, opened.chambers, rows=rows, calibration=record, station=instruments,
+                                       report=say if progress is None else progress_steps(progress),
+                                       link=say if progress is None else link_notes(progress))
+            except BatchInterrupted as stop:  # the chambers are made safe leaving the block; the verdicts stay
+                results, not_graded = stop.results, stop.not_graded
+                say(f"interrupted: {len(results)} claim(s) graded, {len(not_graded)} not graded; leaving the "
+                    "chambers in their safe state")
     finally:
         if instruments is not None:
             instruments.close()
-    return [r.to_dict() for r in results], outcomes_of(opened)
+    return [r.to_dict() for r in results], outcomes_of(opened), not_graded
 
 
 def pool_text(sources: Sequence[str | Path] | None, n: int) -> str:
@@ -118,11 +140,16 @@ def check_command(claims: Mapping[str, Claim], claim_id: str | None, all: bool, 
     `safe_state` and, when a verdict is `error`, `incomplete: {"error_verdicts": n}`. `progress`: as check_job."""
     if all:
         say(f"grading {pool_text(pool, len(claims))}")
-    results, safe = check_job(list(claims.values()) if all else [get_claim(claim_id or "", claims)], selection,
-                              rows=rows, calibration=calibration, station=station, say=say, progress=progress)
+    results, safe, not_graded = check_job(list(claims.values()) if all else [get_claim(claim_id or "", claims)],
+                                          selection, rows=rows, calibration=calibration, station=station, say=say,
+                                          progress=progress)
     errors = sum(r["verdict"] == "error" for r in results)
-    return {**({"results": results, "pool": pool_text(pool, len(claims))} if all else results[0]),
-            "safe_state": safe, **({"incomplete": {"error_verdicts": errors}} if errors else {})}
+    stopped = {"interrupted": True, "not_graded": not_graded} if not_graded is not None else {}
+    if all or not results:  # one claim stopped before its verdict: the same shape as --all, with no result
+        body: dict[str, Any] = {"results": results, **({"pool": pool_text(pool, len(claims))} if all else {})}
+    else:
+        body = results[0]
+    return {**body, **stopped, "safe_state": safe, **({"incomplete": {"error_verdicts": errors}} if errors else {})}
 
 
 def check_text(d: Mapping[str, Any]) -> str:
@@ -131,7 +158,9 @@ def check_text(d: Mapping[str, Any]) -> str:
 
     text = (check_table_text(d["results"]) + (f"\npool: {d['pool']}" if d.get("pool") else "")
             if "results" in d else check_table_text([d]) + "\n\n" + d["reason"])
-    return "\n".join([text, *filter(None, [unconfirmed_note(d.get("safe_state"))])])
+    stopped = (f"interrupted: {len(d['results']) if 'results' in d else 1} claim(s) graded before the stop, "
+               f"{len(d['not_graded'])} not graded" if d.get("interrupted") else None)
+    return "\n".join([text, *filter(None, [stopped, unconfirmed_note(d.get("safe_state"))])])
 
 
 def check_table_text(results: Sequence[Mapping[str, Any]]) -> str:
@@ -150,13 +179,14 @@ def check_table_text(results: Sequence[Mapping[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------------------------- sweep
 def sweep_job(claim_id: str, selection: Any, *, measured: str | None, u: str | None, recording: str | Path | None,
-              steps: int, csv: str | None, plot: str | None, say: Say) -> dict[str, Any]:
+              steps: int, csv: str | None, plot: str | None, say: Say, force: bool = False) -> dict[str, Any]:
     """Hold one measurement fixed (given, from a recorded CSV, or measured live) and move the claim's bound
-    through it; the CSV and the figure are written both or neither."""
-    from protocols.sweep import check_output_paths, sweep, write_sweep_files
+    through it; the CSV and the figure are written both or neither. A file already at `csv` or `plot` is
+    refused unless `force`, as is one that cannot be written, before any chamber is opened."""
+    from protocols.sweep import sweep, write_sweep_files
 
     claim = get_claim(claim_id)
-    check_output_paths([Path(p) for p in (csv, plot) if p])  # a path that cannot be written, before any chamber
+    check_output_paths({"--csv": csv, "--plot": plot}, force=force)  # before any chamber
     if (measured is None) != (u is None):
         raise JobRefused(f"a given measurement needs both its value and its u; got value {measured}, u {u}")
     safe: list[dict[str, Any]] = []  # no chamber opened for a given or recorded measurement

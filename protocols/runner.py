@@ -13,7 +13,12 @@ Why one: the CLI (`check`, `calibrate`), the main job and the chamber tools API 
 - the setting guard (the API's server-side limits): every SET list of the whole run — the planned stagings, the
   restores, and every SET list a procedure declares — is checked before anything moves, and again before each SET
   (a procedure may send only the SET lists it declared);
-- progress: one line per staging and one "[i/N] claim" line as each claim is graded;
+- progress: one line per staging and one "[i/N] claim" line as each claim is graded; a lost board's story
+  (each reconnection attempt, the give-up) from the driver, through `link` (chamber.driver.Chamber.observed);
+- a board lost for good (chamber.driver.BoardLost: not reconnected within the driver's window) fails every later
+  step on that chamber at once, so the rest of its claims end as `error` in moments, not minutes each;
+- an interrupt (Ctrl-C, SIGTERM) keeps what was decided: BatchInterrupted carries the results graded before it
+  and the claims not graded, and `on_result` has seen each result as it was decided (a run records them);
 - row totals: every row read, settles and procedures included, counted per chamber (protocols/staging.py, which
   also times a settle in seconds, `Step.settle_s`).
 
@@ -25,14 +30,16 @@ the default rows and nothing shared.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from calibration.cross_sensor import BAROMETER_OSR, BAROMETERS, CalibrationError, CrossSensorCalibration
 from calibration.records import CalibrationRecord, record_from_calibration
+from chamber.driver import BoardLost
 from firmware_bridge.errors import LinkLost
 from protocols import barometer_protocols
 from protocols.claims import Claim
@@ -124,10 +131,34 @@ class BatchResult:
     plan: list[dict[str, Any]]
 
 
+class BatchInterrupted(KeyboardInterrupt):
+    """A batch stopped by Ctrl-C or SIGTERM (it is a KeyboardInterrupt, so every exit path treats it as one):
+    `results` are the claims graded before it (in claim order), `not_graded` the ids of the others, `record` the
+    calibration measured by then (None if none)."""
+
+    def __init__(self, results: list[CheckResult], not_graded: list[str], record: CalibrationRecord | None,
+                 signal: str = "") -> None:
+        self.results = results
+        self.not_graded = not_graded
+        self.record = record
+        super().__init__(signal or f"interrupted after {len(results)} of {len(results) + len(not_graded)} claims")
+
+
+@contextlib.contextmanager
+def _observing(chambers: Mapping[str, Any], sink: Callable[[str], None]) -> Iterator[None]:
+    """Each chamber that can say its link's story (Chamber.observed) says it to `sink`, prefixed by its kind."""
+    with contextlib.ExitStack() as stack:
+        for kind, chamber in chambers.items():
+            observed = getattr(chamber, "observed", None)
+            if callable(observed):
+                stack.enter_context(observed(lambda message, kind=kind: sink(f"{kind}: {message}")))
+        yield
+
+
 def _failed(unit: str, exc: BaseException) -> Measurement:
     """The apparatus guard's measurement: link_lost for a lost link, aborted (naming the type) for anything else."""
-    if isinstance(exc, LinkLost):
-        log.warning("link lost during protocol: %s", exc)
+    if isinstance(exc, LinkLost):  # a board lost for good was said once, by the driver: not again per claim
+        log.log(logging.INFO if isinstance(exc, BoardLost) else logging.WARNING, "link lost during protocol: %s", exc)
         return Measurement.failed(unit, "link_lost", str(exc), error_type=type(exc).__name__)
     log.warning("error during protocol: %s: %s", type(exc).__name__, exc)
     return Measurement.failed(unit, "aborted", f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__)
@@ -197,19 +228,40 @@ def check_claim(claim: Claim, context: ProtocolContext) -> CheckResult:
 
 def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: bool = False,
               stop_early: bool = True, probe_rows: int = PROBE_ROWS,
-              reuse: Mapping[str, CheckResult] | None = None) -> BatchResult:
+              reuse: Mapping[str, CheckResult] | None = None,
+              on_result: Callable[[CheckResult], None] = lambda result: None,
+              link: Callable[[str], None] | None = None) -> BatchResult:
     """Grade `claims` (results in their order); with `calibrate`, the cross-sensor calibration is measured in the
     same plan (its fans-off staging is shared with the claims that stage the same conditions).
 
     `reuse`: results of an earlier batch on the same chambers; a claim graded there by the same protocol keeps
-    its result (the main job's station pass re-grades only what the station changes).
+    its result (the main job's station pass re-grades only what the station changes). `on_result` receives each
+    result as soon as it is decided (an exception from it stops the batch: a run that cannot record is failing);
+    `link` the chambers' link events (default: the context's progress). Ctrl-C or SIGTERM raises BatchInterrupted
+    with the results decided so far.
     """
-    runner = Chambers(context)
     record = context.calibration
     if record is not None and "wt" in context.chambers and record.config != _config(context.chambers["wt"]):
         raise CalibrationMismatch(f"calibration record of configuration {record.config!r}; the connected wind "
                                   f"tunnel is {_config(context.chambers['wt'])!r}")
     done: dict[int, CheckResult] = {}
+    state: dict[str, CalibrationRecord | None] = {"record": record}
+    try:
+        with _observing(context.chambers, link or context.progress):
+            return _run_batch(claims, context, calibrate, stop_early, probe_rows, reuse, on_result, done, state)
+    except BatchInterrupted:
+        raise
+    except KeyboardInterrupt as exc:
+        raise BatchInterrupted([done[i] for i in sorted(done)], [c.id for i, c in enumerate(claims) if i not in done],
+                               state["record"], str(exc)) from exc
+
+
+def _run_batch(claims: Sequence[Claim], context: ProtocolContext, calibrate: bool, stop_early: bool,
+               probe_rows: int, reuse: Mapping[str, CheckResult] | None, on_result: Callable[[CheckResult], None],
+               done: dict[int, CheckResult], state: dict[str, CalibrationRecord | None]) -> BatchResult:
+    """run_batch's work; `done` and `state["record"]` are filled as it goes (what an interrupt keeps)."""
+    runner = Chambers(context)
+    record = context.calibration
     keys: dict[str, int] = {}  # plan item key (the claim id) -> index in `claims`
     declared: dict[int, Declaration] = {}
     procedures: list[int] = []
@@ -221,6 +273,7 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
 
     def finish(i: int, result: CheckResult) -> None:
         done[i] = result
+        on_result(result)
         context.graded(claims[i])
         context.progress(f"[{len(done)}/{len(claims)}] {claims[i].id}")
 
@@ -284,6 +337,7 @@ def run_batch(claims: Sequence[Claim], context: ProtocolContext, *, calibrate: b
             outcome = _item_outcome(the_plan, items[0], reads, failures, None, _config(context.chambers["wt"]))
             calibration = outcome.calibration
             record = record_from_calibration(calibration, date=context.clock()) if calibration else None
+            state["record"] = record
         except Exception as exc:  # the batch goes on without a calibration; the reason is kept
             calibration_error = f"{type(exc).__name__}: {exc}"
             log.warning("calibration failed: %s", calibration_error)
@@ -390,7 +444,8 @@ def _restore(runner: Chambers, kind: str, settings: Mapping[str, float], after: 
         runner.context.chamber(kind).set_many(runner.guarded(kind, settings))
         runner.current[kind] = None
     except Exception as exc:
-        log.warning("restoring %s after %s failed: %s: %s", kind, after, type(exc).__name__, exc)
+        log.log(logging.INFO if isinstance(exc, BoardLost) else logging.WARNING, "restoring %s after %s failed: %s: %s",
+                kind, after, type(exc).__name__, exc)
 
 
 def _apply_restores(runner: Chambers, the_plan: Plan) -> None:
