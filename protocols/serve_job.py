@@ -1,10 +1,14 @@
-"""`serve`: the chamber tools API in front of the connected chambers until SIGINT/SIGTERM, then left safe.
+"""`serve`: the chamber tools API in front of the connected chambers until a stop signal, then left safe.
 
 Why its own module: refusing an unsafe bind before anything opens (a non-loopback address needs a token), opening
 the chambers, serving the API under uvicorn and removing a record folder it made if it fails are one job of the
 protocols floor; the CLI passes plain values and renders the `on_ready` data (`serve_text`). A port already in use
 is refused before any chamber opens (PortInUse, one line with the way out); after a stop the job returns its exit
-code (protocols/exit_codes.py: 3 when a chamber's safe state was not confirmed).
+code (protocols/exit_codes.py: 3 when a chamber's safe state was not confirmed) and says, as every command does,
+each chamber's safe state as read back (`safe state confirmed on wt: load_in=0, load_out=0 (read back)`).
+
+The stop (issue 31: it took ~18 s): any of chamber.stop.STOP_SIGNALS; the server stops taking chamber work and
+cuts a call in flight short (protocols/api/server.py), then the chambers are made safe and read back.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def serve_job(selection: Any, *, host: str, listen_port: int, token: str | None,
                      record=record, lease_timeout=lease_timeout, lease_max_hold=lease_max_hold,
                      max_sessions=max_sessions, session_idle=session_idle, allowed_hosts=tuple(allowed_host),
                      verbose=verbose, on_ready=on_ready, say=say)
+        for outcome in safe:  # an unconfirmed one is said once, below (and warned as the chamber closed)
+            if outcome.get("confirmed"):
+                say(outcome["text"])
         if note := unconfirmed_note(safe):
             say(note)
         return exit_code({"safe_state": safe})
@@ -71,32 +78,37 @@ def _serve_until(selection: Any, stop: Any, token: str | None, claims: Mapping[s
                  listen_port: int, limits: Any, record: Path, lease_timeout: float, lease_max_hold: float,
                  max_sessions: int, session_idle: float, allowed_hosts: tuple[str, ...], verbose: bool,
                  on_ready: Callable[[dict[str, Any]], None], say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Serve until `stop` is set; returns the chambers' safe-state outcomes."""
+    """Serve until `stop` is set (by a stop signal); returns the chambers' safe-state outcomes."""
     import signal
 
+    from chamber.stop import STOP_SIGNALS, handled_by
     from protocols.api import create_app
     from protocols.api.live import claim_bound
     from protocols.api.server import serve_in_thread
 
-    with open_lab(selection, say) as opened:  # safe state, then close, on exit
-        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            app = create_app(opened.chambers, limits=limits, record_dir=record, token=token,
-                             lease_timeout_s=lease_timeout, claims=claims, lease_max_hold_s=lease_max_hold,
-                             max_sessions=max_sessions, session_idle_s=session_idle, allowed_hosts=allowed_hosts)
-            app.state.live.record_bounds({c.id: claim_bound(c) for c in claims.values()})  # the claim line's bound
-            with serve_in_thread(app, host=host, port=listen_port, log_level="info" if verbose else "warning") as url:
-                on_ready({"url": url, "openapi": f"{url}/openapi.json", "live_view": f"{url}/",
-                          "chambers": sorted(opened.chambers), "record_dir": str(record),
-                          "auth": "bearer token" if token else "none (loopback only)",
-                          "lease_timeout_s": lease_timeout, "lease_max_hold_s": lease_max_hold,
-                          "max_sessions": max_sessions, "session_idle_s": session_idle,
-                          "allowed_hosts": list(allowed_hosts), "pid": os.getpid()})
-                stop.wait()
-                say("stopping the chamber tools API")
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    # the handler once the chambers are open (a signal while they connect interrupts the connect, as in every
+    # command); their exit path then defers signals itself while it makes them safe
+    with open_lab(selection, say) as opened, handled_by(on_signal, STOP_SIGNALS):  # safe state, then close, on exit
+        app = create_app(opened.chambers, limits=limits, record_dir=record, token=token,
+                         lease_timeout_s=lease_timeout, claims=claims, lease_max_hold_s=lease_max_hold,
+                         max_sessions=max_sessions, session_idle_s=session_idle, allowed_hosts=allowed_hosts)
+        app.state.live.record_bounds({c.id: claim_bound(c) for c in claims.values()})  # the claim line's bound
+        with serve_in_thread(app, host=host, port=listen_port, log_level="info" if verbose else "warning") as url:
+            on_ready({"url": url, "openapi": f"{url}/openapi.json", "live_view": f"{url}/",
+                      "chambers": sorted(opened.chambers), "record_dir": str(record),
+                      "auth": "bearer token" if token else "none (loopback only)",
+                      "lease_timeout_s": lease_timeout, "lease_max_hold_s": lease_max_hold,
+                      "max_sessions": max_sessions, "session_idle_s": session_idle,
+                      "allowed_hosts": list(allowed_hosts), "pid": os.getpid()})
+            stop.wait()
+            say(f"stopping the chamber tools API ({received[0] if received else 'asked'}): making the chambers "
+                "safe")
     return outcomes_of(opened)
 
 

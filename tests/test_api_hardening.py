@@ -17,12 +17,12 @@ from chamber.errors import InvalidSetting
 from chamber.limits import ControllerUnbounded, OperatorLimits, controller_overreach
 from firmware_bridge.variables import layout_for
 from protocols.api import running_api
-from chamber.safe_state import SafeState
+from chamber.safe_state import DEFAULT_SAFE, SafeState
 from support import ChamberSpy
 
 CLAIM = "dps310-operating-range"
 FAN_CAP = OperatorLimits(chamber="wt", variables={"load_out": {"min": 0, "max": 0.3}})
-SAFE_WT = {"load_in": 0.0, "load_out": 0.0}
+SAFE_WT = DEFAULT_SAFE["wt"]  # the resting state: fans off, hatch home, speaker off
 SAFE_START = ("set_many", SAFE_WT)
 """What a session's first wind-tunnel call applies (the default safe state) before the call itself."""
 
@@ -138,7 +138,7 @@ def test_a_halted_board_is_recovered_without_a_restart(wt, tmp_path, claims):
         (report,) = r.json()["recovered"]
         assert report["chamber"] == "wt" and report["reset"] is True
         assert report["settings_before"] == {**SAFE_WT, "load_in": 0.4}
-        assert report["applied"] == {"load_in": 0.0, "load_out": 0.0} and "ChamberHalted" in report["last_fault"]
+        assert report["applied"] == SAFE_WT and "ChamberHalted" in report["last_fault"]
         r = _tool(http, sid, "measure", {"n": 3, "variables": ["load_in"]})
         assert r.status_code == 200, r.text
         assert r.json()["variables"]["load_in"]["value"] == 0.0
@@ -219,7 +219,7 @@ def test_a_limits_file_is_read_once_and_its_safe_section_is_what_recover_applies
     from protocols.api import create_app
 
     limits_file = tmp_path / "limits.yaml"
-    limits_file.write_text("chamber: wt\nvariables: {hatch: {min: 0, max: 40}}\nsafe: {load_in: 0.1, hatch: 5}\n")
+    limits_file.write_text("chamber: wt\nvariables: {pot_2: {min: 0, max: 40}}\nsafe: {load_in: 0, pot_2: 5}\n")
     reads: list[str] = []
     real_load = limits_module.load_model_file
     monkeypatch.setattr(limits_module, "load_model_file", lambda path, *a, **k: reads.append(str(path)) or
@@ -229,4 +229,4 @@ def test_a_limits_file_is_read_once_and_its_safe_section_is_what_recover_applies
     with TestClient(app, base_url="http://127.0.0.1") as http:
         r = http.post("/operator/recover", json={})
     assert r.status_code == 200, r.text
-    assert r.json()["recovered"][0]["applied"] == {"load_in": 0.1, "hatch": 5.0}
+    assert r.json()["recovered"][0]["applied"] == {**SAFE_WT, "pot_2": 5.0}  # its section adds to the rest

@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chamber.safe_state import DEFAULT_SAFE
+
 import chamber
 from protocols.api import create_app, running_api, serve_in_thread
 from protocols.api.record import RecordFiles
@@ -126,7 +128,7 @@ def test_a_request_that_cannot_be_recorded_never_reaches_the_chamber(wt, tmp_pat
     lines = _strict_lines(tmp_path / f"{sid}.jsonl")  # no half line anywhere
     _paired(lines)
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
-    assert spy.calls == [("set_many", {"load_in": 0.0, "load_out": 0.0}), ("set_many", {"load_in": 0.5})]
+    assert spy.calls == [("set_many", DEFAULT_SAFE["wt"]), ("set_many", {"load_in": 0.5})]
 
 
 # -------------------------------------------------------------------------------------- 6. the lease's max hold

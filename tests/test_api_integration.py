@@ -98,7 +98,8 @@ def test_agent_chamber_client_speaks_the_contract(wt, tmp_path, claims):
 
 @pytest.mark.parametrize("chamber_calls", ["inline", "thread"])
 def test_fifty_concurrent_clients_never_interleave_and_never_see_5xx(wt, tmp_path, claims, chamber_calls):
-    """Each client i: own session; stage pot_1=i, measure, stage pot_2=i, describe (must show i, i), submit.
+    """Each client i: own session; stage pot_1=i+1, measure, stage pot_2=i+1, describe (must show them), submit.
+    (i+1, never 0: the SETs of 0 are the sessions' ends and starts putting the pots back at rest.)
 
     Both places chamber work can run: inline on the event loop (the in-process sim's default) and on the one
     chamber thread (a serial chamber's default), where calls really are in flight while others arrive.
@@ -127,9 +128,9 @@ def test_fifty_concurrent_clients_never_interleave_and_never_see_5xx(wt, tmp_pat
                 sid = call("/sessions", {"claim_id": CLAIM}).json()["session_id"]
                 call(f"/sessions/{sid}/extraction", {"payload": {"client": i}})
                 tools = f"/sessions/{sid}/tools"
-                assert call(f"{tools}/stage_conditions", {"settings": {"pot_1": i}}).status_code == 200
+                assert call(f"{tools}/stage_conditions", {"settings": {"pot_1": i + 1}}).status_code == 200
                 assert call(f"{tools}/measure", {"n": 1, "variables": ["signal_1"]}).status_code == 200
-                assert call(f"{tools}/stage_conditions", {"settings": {"pot_2": i}}).status_code == 200
+                assert call(f"{tools}/stage_conditions", {"settings": {"pot_2": i + 1}}).status_code == 200
                 state = call(f"{tools}/describe_chamber", {}).json()["state"]
                 with lock:
                     states[i] = state
@@ -149,14 +150,15 @@ def test_fifty_concurrent_clients_never_interleave_and_never_see_5xx(wt, tmp_pat
     assert set(statuses) <= {200, 201, 409}, sorted(set(statuses))
     assert len(states) == n_clients
     for i, state in states.items():  # nobody else's SET landed between a client's stage and its describe
-        assert state["pot_1"] == i and state["pot_2"] == i
-    sets = [(name, value) for op, name, value in spy.calls if op == "set" and name in ("pot_1", "pot_2")]
-    assert len(sets) == 2 * n_clients  # (the first session's safe start also set the fans, once: off)
+        assert state["pot_1"] == i + 1 and state["pot_2"] == i + 1
+    sets = [(name, value) for op, name, value in spy.calls
+            if op == "set" and name in ("pot_1", "pot_2") and value != 0]
+    assert len(sets) == 2 * n_clients  # (the ends and starts also set the pots back to 0: not counted)
     for k in range(0, len(sets), 2):  # the backend saw each client's two SETs back to back
         assert sets[k][0] == "pot_1" and sets[k + 1] == ("pot_2", sets[k][1])
     ops = spy.calls
     for k, (op, name, value) in enumerate(ops):  # and its measure between them
-        if op == "set" and name == "pot_1":
+        if op == "set" and name == "pot_1" and value != 0:
             assert ops[k + 1][0] == "measure" and ops[k + 2] == ("set", "pot_2", value)
 
 

@@ -16,6 +16,8 @@ import httpx
 import numpy as np
 import pytest
 
+from chamber.safe_state import DEFAULT_SAFE
+
 import chamber
 from chamber.errors import InvalidSetting
 from protocols.api import running_api
@@ -95,7 +97,7 @@ def test_snapshot_shows_state_rows_and_claim_but_no_session_id(wt, tmp_path, cla
         r = http.get("/live")
         assert r.status_code == 200
         snap = r.json()
-        assert snap["chambers"]["wt"]["state"] == {"load_in": 0.25, "load_out": 0.0}  # after the session's safe start
+        assert snap["chambers"]["wt"]["state"] == {**DEFAULT_SAFE["wt"], "load_in": 0.25}  # after its safe start
         assert len(snap["rows"]) == 4 and "pressure_upwind" in snap["rows"][0]["values"]
         assert snap["claim"]["id"] == CLAIM and snap["claim"]["activity"] == "measure"
         assert sid not in r.text

@@ -58,22 +58,24 @@ def test_the_next_session_starts_safe_after_the_last_one_ended(wt, tmp_path, cla
         first = _tool(http, b, "describe_chamber")
         assert first.status_code == 200, first.text
         assert first.json()["state"] == {"load_in": 0.0, "load_out": 0.0, "hatch": 0.0}  # not A's 40 and 0.7
+        (back,) = _events(app, a, "handback")  # A's end handed the chamber back at once (issue 31)
+        assert back["applied"] == {"load_in": 0.0, "hatch": 0.0} and back["confirmed"]
         (started,) = _events(app, b, "safe_state")
         assert started["chamber"] == "wt" and started["previous_user"] == a
-        assert started["applied"] == {"load_in": 0.0, "hatch": 0.0}  # load_out was off already (A's own start)
+        assert started["applied"] == {}  # nothing left to do: A's end did it
         assert started["not_applied"] == [] and started["state"] == first.json()["state"]
     assert wt.state() == {"load_in": 0.0, "load_out": 0.0, "hatch": 0.0}
 
 
-def test_the_default_safe_state_turns_the_fans_off_and_leaves_the_hatch(wt, tmp_path, claims):
-    app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims)  # the default: fans off, LEDs off
+def test_the_default_safe_state_turns_the_fans_off_and_sends_the_hatch_home(wt, tmp_path, claims):
+    app = create_app({"wt": wt}, record_dir=tmp_path, claims=claims)  # the default: the chamber's resting state
     with TestClient(app, base_url=LOOPBACK) as http:
         a = _frozen(http)
         assert _tool(http, a, "stage_conditions", {"settings": {"hatch": 40, "load_in": 0.7}}).status_code == 200
         assert _tool(http, a, "submit_chamber_outcome", {"prediction": "pass", "summary": "done"}).status_code == 200
         b = _frozen(http)
         state = _tool(http, b, "describe_chamber").json()["state"]
-    assert state == {"load_in": 0.0, "load_out": 0.0, "hatch": 40.0}  # the hatch is not in the default safe state
+    assert state == {"load_in": 0.0, "load_out": 0.0, "hatch": 0.0, "pot_1": 0.0}  # the resting state, hatch home
 
 
 def test_two_sessions_alternating_each_find_the_chamber_safe(wt, tmp_path, claims):

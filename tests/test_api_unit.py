@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 import chamber
 from chamber.limits import OperatorLimits
+from chamber.safe_state import DEFAULT_SAFE
 from protocols.api import CODES, TOOLS, create_app
 from protocols.api.auth import TokenRequired, is_loopback, resolve_token
 from protocols.api.lease import ChamberLease, LeaseBusy
@@ -24,8 +25,8 @@ from support import ManualClock
 
 CLAIM = "dps310-operating-range"
 TOKEN = "t0ken-for-tests-0123456789"
-SAFE_WT = {"load_in": 0.0, "load_out": 0.0}
-"""What a session's first chamber call applies on the wind tunnel (the default safe state: fans off)."""
+SAFE_WT = DEFAULT_SAFE["wt"]  # the resting state: fans off, hatch home, speaker off
+"""What a session's first chamber call applies on the wind tunnel (the resting state)."""
 LOOPBACK = "http://127.0.0.1"  # the tokenless server answers loopback hosts only (TestClient says "testserver")
 LIMITS = OperatorLimits(chamber="wt", variables={"load_in": {"max": 0.6}, "hatch": {"min": 0, "max": 20},
                                                   "osr_upwind": {"allowed": [1, 8]}})

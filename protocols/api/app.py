@@ -11,15 +11,19 @@ Request path of a tool call `POST /sessions/{id}/tools/{name}` (the order is the
   frozen (409) -> Content-Type application/json (415) -> arguments parse against the tool's model (422) -> lease
   (409 + Retry-After) -> the tool (SETs only after the whole request passed the SettingGuard; measurements only
   while the pressure controller cannot drive a fan past its limit) -> record the response -> reply.
-Each session starts from the chamber's safe state (issue 24: a session inherited the last one's `hatch 40,
+Each session starts from the chamber at rest (issue 24: a session inherited the last one's `hatch 40,
 load_in 0.7`): the first time a session takes a chamber's lease after another session (or nobody) used it, the
-safe settings not in force are applied and a `safe_state` event in the session's record says what was applied.
-Why at the lease and not at POST /sessions: a new session must not move a chamber another session is working on;
-and with two sessions alternating on one chamber, each finds it safe when it takes it back, never half of the
-other's staging. GET /health reports each chamber's link as the driver knows it (200 while any chamber is up,
+safe settings not in force are applied, every input the last session moved is put back, and a `safe_state` event
+in the session's record says what was applied. Why at the lease and not at POST /sessions: a new session must not
+move a chamber another session is working on; and with two sessions alternating on one chamber, each finds it at
+rest when it takes it back, never half of the other's staging. Each session also ends by handing its chambers
+back safe (issue 31): the safe state applied and read back, at once on submit_chamber_outcome or DELETE, and, for
+a session its client abandoned, once it has been idle for `session_idle_s` (a background sweep of the served
+app; handback.py). GET /health reports each chamber's link as the driver knows it (200 while any chamber is up,
 "degraded" if one is not; 503 "down" when none is). POST /sessions/{id}/plans/{tool} says a call's planned
-chamber seconds before it is made, so a client sets its read timeout from them (timing.py); it is answered before
-the freeze too (it reads nothing from the chamber) and recorded like every path of a session.
+chamber seconds before it is made, so a client sets its read timeout from them (timing.py; including the session's
+take of a chamber and, for submit_chamber_outcome, the hand-back); it is answered before the freeze too (it reads
+nothing from the chamber) and recorded like every path of a session.
 Arguments are validated after the freeze check on purpose: before the freeze every chamber tool answers 409,
 whatever was sent. The tool's schema is still documented in /openapi.json (and served at GET /tools).
 
@@ -45,21 +49,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.limits import OperatorLimits, as_limits
-from chamber.safe_state import DEFAULT_SAFE, SafeState
+from chamber.safe_state import SafeState, resolve_safe_state, safe_state_of
 from firmware_bridge.errors import BridgeError
 from protocols.claims import Claim, load_claims
 
 from .auth import BearerAuthMiddleware, LoopbackHostMiddleware
-from .chamber_state import link_of, start_safe, state_now
+from .chamber_state import link_of, state_now
 from .errors import ApiError, error_body
 from .guard import GuardedChamber, SettingGuard
 from protocols.service_defaults import (DEFAULT_LEASE_TIMEOUT_S, DEFAULT_MAX_HOLD_S, DEFAULT_MAX_SESSIONS,
-                                         DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SESSION_IDLE_S)
+                                         DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SESSION_IDLE_S, DEFAULT_SWEEP_S)
 
+from .handback import Handback
 from .lease import ChamberLeases, LeaseBusy, LeaseGrant
 from .live import LiveChamber, LiveFeed, add_live_routes
 from .operator import add_operator_routes
-from .record import RecordFiles, RecordMiddleware, RecordUnavailable
+from .record import RecordFiles, RecordMiddleware, RecordUnavailable, SessionRecord
 from .runner import MODES, ChamberRunner, mode_for
 from .schemas import (
     CreateSession,
@@ -85,6 +90,10 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 APPARATUS_ERRORS: tuple[type[BaseException], ...] = (BridgeError, ChamberError, OSError, TimeoutError)
 """Link lost, firmware halted, port gone: the apparatus failed, not the request (503, nothing partial returned)."""
 
+STOP_GRACE_S = 1.0
+"""When the server stops, how long a chamber call in flight may go on before it is cut short (a SET finishes in
+milliseconds; a 200-row measure would take 28 s, and the exit path's safe state must not wait for it)."""
+
 
 @dataclass
 class ApiState:
@@ -95,8 +104,14 @@ class ApiState:
     env: ToolEnvironment
     runner: ChamberRunner
     live: LiveFeed
+    handback: Handback
     faults: dict[str, str] = field(default_factory=dict)  # chamber kind -> the last apparatus error seen on it
-    last_user: dict[str, str] = field(default_factory=dict)  # chamber kind -> the session that last had its lease
+
+    def prepare_stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """The server is about to stop (called from the thread that stops it): end the live streams, refuse new
+        chamber work and cut a chamber call in flight short after `grace_s` (Handback.stop)."""
+        self.live.close()
+        self.handback.stop(grace_s)
 
     def close(self) -> None:
         """Close the record files, end the live streams and stop the chamber thread (when the server stops)."""
@@ -158,6 +173,7 @@ def create_app(
     allowed_hosts: tuple[str, ...] = (),
     safe: SafeState | None = None,
     record_files: RecordFiles | None = None,
+    sweep_every_s: float = DEFAULT_SWEEP_S,
 ) -> FastAPI:
     """Build the API over connected chambers {"wt": Chamber, "lt": Chamber} (either may be absent).
 
@@ -168,10 +184,14 @@ def create_app(
     `chamber_calls`: where chamber work runs, "inline" on the event loop, "thread" (a worker thread per chamber)
     or "auto" (inline when every chamber is the in-process simulator; see runner.py).
     `lease_max_hold_s`: the longest one session keeps a chamber's lease while another asks (lease.py).
-    `max_sessions`, `max_sessions_per_client`, `session_idle_s`: the caps on open sessions (all, and per client
-    address) and when an idle one may be ended to make room (sessions.py).
-    `allowed_hosts`: names besides the loopback ones a tokenless server answers to (auth.py). `safe`: the state
-    POST /operator/recover applies (default: each limits file's `safe:` section, else fans off, LEDs off).
+    `max_sessions`, `max_sessions_per_client`: the caps on open sessions (all, and per client address);
+    `session_idle_s`: a session without a request (and no call in flight) this long is ended as abandoned and its
+    chambers handed back safe (sessions.py, handback.py), by a sweep every `sweep_every_s` that the served app
+    runs (server.serve_in_thread starts `app.state.background`; a TestClient does not: tests call
+    `app.state.api.handback.sweep()`).
+    `allowed_hosts`: names besides the loopback ones a tokenless server answers to (auth.py). `safe`: the safe
+    state sessions start from, end in and POST /operator/recover applies (default: each chamber's own, the resting
+    state plus the limits' `safe:` section: chamber.safe_state).
     `record_files`: the pool of open record files (tests pass one whose writes fail).
     """
     if chamber_calls not in MODES:
@@ -185,13 +205,18 @@ def create_app(
     chambers = {kind: GuardedChamber(ch, guards[kind]) for kind, ch in chambers.items()}  # the PID's reach too
     env = ToolEnvironment(chambers=dict(chambers), guards=guards, lease_timeout_s=float(lease_timeout_s))
     store_kwargs = {"new_id": new_session_id} if new_session_id is not None else {}
+    lease = ChamberLeases(kinds, lease_timeout_s, clock=clock, wait_s=call_wait_s, max_hold_s=lease_max_hold_s)
     store = SessionStore(claims if claims is not None else load_claims(), Path(record_dir), connected=kinds,
                          wall_clock=wall_clock, max_sessions=max_sessions, idle_s=session_idle_s,
-                         record_files=record_files, max_per_client=max_sessions_per_client, **store_kwargs)
-    lease = ChamberLeases(kinds, lease_timeout_s, clock=clock, wait_s=call_wait_s, max_hold_s=lease_max_hold_s)
-    safe_by_kind = _safe_by_kind(safe, per_kind, kinds)
+                         record_files=record_files, max_per_client=max_sessions_per_client, in_call=lease.in_call,
+                         **store_kwargs)
+    safe_by_kind = _safe_by_kind(safe, per_kind, chambers)
     runner = ChamberRunner(mode, lanes=max(1, len(kinds)))
-    state = ApiState(store, lease, env, runner, live)
+    faults: dict[str, str] = {}
+    operator_record = SessionRecord(Path(record_dir) / "operator.jsonl", wall_clock, RecordFiles(max_open=1))
+    handback = Handback(env=env, lease=lease, runner=runner, store=store, safe_by_kind=safe_by_kind, faults=faults,
+                        operator_record=operator_record)
+    state = ApiState(store, lease, env, runner, live, handback, faults)
 
     app = FastAPI(
         title="chamberlab chamber tools API",
@@ -202,6 +227,8 @@ def create_app(
     )
     app.state.api = state
     app.state.live = live  # serve_in_thread ends the open streams through it before uvicorn stops
+    app.state.on_stop = (state.prepare_stop,)  # serve_in_thread calls these as the server begins to stop
+    app.state.background = ((lambda: handback.run(sweep_every_s)),)  # serve_in_thread runs these on its loop
 
     # ------------------------------------------------------------------------------------------ errors
     @app.exception_handler(ApiError)
@@ -257,7 +284,8 @@ def create_app(
     def create_session(body: CreateSession, request: Request) -> JSONResponse:
         session = store.create(body.claim_id, request.client.host if request.client is not None else None)
         created = SessionCreated(session_id=session.id, claim_id=session.claim.id, chamber=session.chamber,
-                                 connected_chambers=kinds, lease_timeout_s=lease.timeout_s).model_dump()
+                                 connected_chambers=kinds, lease_timeout_s=lease.timeout_s,
+                                 session_idle_s=store.idle_s).model_dump()
         try:
             session.record.write("request", method="POST", path="/sessions", query=None, body=body.model_dump())
             session.record.write("response", method="POST", path="/sessions", status=201, body=created)
@@ -277,11 +305,12 @@ def create_app(
     async def get_session(session_id: str) -> JSONResponse:
         return JSONResponse(jsonable(_status(store.get(session_id))))
 
-    @app.delete("/sessions/{session_id}", response_model=SessionStatus, summary="end a session and free the lease")
+    @app.delete("/sessions/{session_id}", response_model=SessionStatus,
+                summary="end a session: its chambers are handed back safe (read back) and its leases freed")
     async def delete_session(session_id: str) -> JSONResponse:
         session = store.get(session_id)
         store.end(session, "deleted")
-        await lease.release(session.id)
+        await handback.session_ended(session)
         return JSONResponse(jsonable(_status(session)))
 
     @app.post("/sessions/{session_id}/extraction", response_model=ExtractionFrozen,
@@ -304,11 +333,11 @@ def create_app(
         store.require_chamber_phase(session, tool.name)
         _require_json(tool, raw, content_type)
         args = _parse_arguments(tool, raw)
-        if not tool.uses_chamber:  # submit_chamber_outcome: store, end, free the lease
+        if not tool.uses_chamber:  # submit_chamber_outcome: store, end, hand the chambers back, free the lease
             result = tool.run(env, session, args)
             if not store.end(session, "submitted", result["outcome"]):
                 raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
-            await lease.release(session.id)
+            await handback.session_ended(session)
             return JSONResponse({**result, "stored": True, "ended": True})
         touched = chambers_touched(tool.name, args, session.chamber, kinds, session.claim)
         try:
@@ -322,12 +351,11 @@ def create_app(
                     session.record.write("lease", chamber=kind, how="taken_over", previous_holder=grant.previous_holder)
             if session.ended:  # ended (DELETE) while this call waited for the session's previous one
                 raise ApiError("session_ended", f"session {session.id} has ended ({session.end_reason})")
-            for kind in touched:  # a session starts from the safe state on each chamber it takes (module docstring)
-                if state.last_user.get(kind) != session.id:
-                    started = await runner.run(start_safe, env, kind, safe_by_kind.get(kind, {}))
-                    session.record.write("safe_state", chamber=kind, previous_user=state.last_user.get(kind),
-                                         **started)
-                    state.last_user[kind] = session.id
+            if handback.stopping:  # the chambers are being made safe for the server's exit
+                raise ApiError("server_stopping", f"{tool.name}: the server is stopping; nothing reached the "
+                                                  "chamber. Retry on a server that is running.")
+            for kind in touched:  # a session starts from the chamber at rest on each chamber it takes (docstring)
+                await handback.take(session, kind)
             live.record_claim(env.claim_parts(session)[0], chamber=session.chamber, activity=tool.name)
             result = await runner.run(tool.run, env, session, args)
         except ApiError:
@@ -349,6 +377,7 @@ def create_app(
                                              "it is logged. Retrying will not help.") from None
         finally:
             lease.end(session.id, touched)
+            store.touch(session)  # a long call is activity, not idle time
         return JSONResponse(result, headers={"X-Chamber-Lease": _lease_header(grants)})
 
     for tool in TOOLS:
@@ -375,13 +404,17 @@ def create_app(
         _require_json(tool, raw, request.headers.get("content-type"))
         args = _parse_arguments(tool, raw)
         touched = chambers_touched(tool.name, args, session.chamber, kinds, session.claim) if tool.uses_chamber else []
+        start = {kind: handback.start_plan(session, kind) for kind in touched}  # a take brings the chamber to rest
         seconds = planned_seconds(tool.name, args, touched, session.claim, row_s=row_s,
-                                  state=lambda kind: state_now(env.chambers[kind]))
+                                  state=lambda kind: start[kind][1] if kind in start else state_now(env.chambers[kind]))
+        seconds += sum(taking for taking, _ in start.values())
+        if tool.name == "submit_chamber_outcome":  # it hands the session's chambers back, read back (handback.py)
+            seconds += handback.end_seconds(session, row_s)
         return JSONResponse(PlannedCall(tool=tool.name, chambers=touched, planned_s=round(seconds, 3),
                                         row_s={kind: row_s(kind) for kind in touched},
                                         lease_wait_s=lease.wait_s).model_dump())
 
-    add_operator_routes(app, state, safe_by_kind, Path(record_dir), wall_clock)
+    add_operator_routes(app, state, safe_by_kind, operator_record)
 
     app.add_middleware(RecordMiddleware, lookup=lambda sid: (s.record if (s := store.lookup(sid)) else None),
                        max_body_bytes=max_body_bytes, clock=clock)
@@ -405,15 +438,18 @@ def _unrecorded(exc: RecordUnavailable) -> ApiError:
 
 
 def _safe_by_kind(safe: SafeState | None, per_kind: dict[str, list[OperatorLimits]],
-                  kinds: list[str]) -> dict[str, dict[str, float]]:
-    """What recovery applies per chamber: `safe`, else the limits' `safe:` section (`per_kind`, the limits
-    create_app already parsed: a limits file is read once), else the default."""
+                  chambers: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """The safe settings per chamber (a session's start and end, recovery): `safe`, else the chamber's resting state
+    plus the server limits' `safe:` section (`per_kind`, the limits create_app already parsed: a limits file is
+    read once; chamber.safe_state checks and merges it, so a section only adds to the resting state), else the
+    chamber's own (safe_state_of: its driver's limits' section added to the resting state)."""
     if safe is not None:
-        return {kind: safe.for_chamber(kind) for kind in kinds}
+        return {kind: safe.for_chamber(kind) for kind in chambers}
     out = {}
-    for kind in kinds:
-        named = next((lim.safe for lim in per_kind[kind] if lim.safe is not None), None)
-        out[kind] = dict(named) if named is not None else dict(DEFAULT_SAFE.get(kind, {}))
+    for kind, chamber in chambers.items():
+        limits = next((lim for lim in per_kind[kind] if lim.safe is not None), None)
+        resolved = resolve_safe_state(None, limits) if limits is not None else safe_state_of(chamber)
+        out[kind] = resolved.for_chamber(kind)
     return out
 
 

@@ -35,6 +35,7 @@ CODES: dict[str, int] = {
     "too_many_sessions_for_client": 429,  # this client holds its cap of open sessions (max_sessions_per_client)
     "record_unavailable": 503,  # the record cannot be written (full disk): nothing was done
     "apparatus_error": 503,  # the link broke or the firmware halted; nothing partial was returned
+    "server_stopping": 503,  # the server is stopping and making its chambers safe; nothing reached the chamber
     "internal_error": 500,
 }
 

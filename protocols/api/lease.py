@@ -236,6 +236,10 @@ class ChamberLease:
     def holds(self, session_id: str) -> bool:
         return self._holder == session_id and not self._lapsed()
 
+    def in_call(self, session_id: str) -> bool:
+        """Whether a call of the session is on this chamber now (a session in a call is never idle)."""
+        return self._holder == session_id and self._busy
+
 
 class ChamberLeases:
     """One ChamberLease per chamber kind, taken together in sorted order by a call that touches several."""
@@ -297,6 +301,10 @@ class ChamberLeases:
         """Whether the session holds the lease of `kind` (None: of any chamber)."""
         leases = self._by_kind.values() if kind is None else [self._by_kind[kind]] if kind in self._by_kind else []
         return any(lease.holds(session_id) for lease in leases)
+
+    def in_call(self, session_id: str) -> bool:
+        """Whether a call of the session is on any chamber now."""
+        return any(lease.in_call(session_id) for lease in self._by_kind.values())
 
     def holders(self) -> dict[str, str | None]:
         return {kind: lease.holder for kind, lease in self._by_kind.items()}

@@ -6,22 +6,21 @@ with 503 `ChamberHalted` until the server was restarted, losing every session an
 (or, with `"restore": "last"`, the inputs that were in force, each re-checked by the server's SettingGuard) and
 answers with what it found and did. It is behind the same auth as every route (bearer token, or loopback Host
 and Origin), waits for a tool call in flight to finish (the lease's call slot) so it never interleaves with one,
-and writes one line per recovery to `<record_dir>/operator.jsonl`.
+and writes one line per recovery to `<record_dir>/operator.jsonl` (the record of what happened to the chambers
+outside any session's calls: the sessions' hand-backs at their end are lines there too, handback.py).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from .errors import ApiError
-from .record import RecordFiles, RecordUnavailable, SessionRecord
+from .record import RecordUnavailable, SessionRecord
 from .schemas import ChamberKind, _Strict, jsonable
 
 log = logging.getLogger(__name__)
@@ -55,10 +54,9 @@ def recover_one(state: Any, kind: str, safe: dict[str, float], restore: str) -> 
                      "restore": restore, "applied": applied, "not_applied": refused, "state": chamber.state()})
 
 
-def add_operator_routes(app: FastAPI, state: Any, safe_by_kind: dict[str, dict[str, float]], record_dir: Path,
-                        wall_clock: Callable[[], float] = time.time) -> None:
-    """`POST /operator/recover` on `app` (state: the app's ApiState)."""
-    record = SessionRecord(Path(record_dir) / "operator.jsonl", wall_clock, RecordFiles(max_open=1))
+def add_operator_routes(app: FastAPI, state: Any, safe_by_kind: dict[str, dict[str, float]],
+                        record: SessionRecord) -> None:
+    """`POST /operator/recover` on `app` (state: the app's ApiState; `record`: <record_dir>/operator.jsonl)."""
 
     @app.post("/operator/recover", summary="reset a halted chamber, re-apply the safe (or last) state, report")
     async def recover(body: RecoverChamber | None = None) -> JSONResponse:

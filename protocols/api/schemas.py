@@ -54,6 +54,8 @@ class SessionCreated(BaseModel):
     chamber: str | None = Field(description="the chamber the tools use when a call names none")
     connected_chambers: list[str]
     lease_timeout_s: float
+    session_idle_s: float = Field(description="a session without a request for this long (and no call in flight) is "
+                                              "ended as abandoned and its chambers handed back safe")
 
 
 class FreezeExtraction(_Strict):

@@ -6,6 +6,12 @@ chamber tool: until `freeze` stored the extraction (canonical JSON and its SHA-2
 refuses with `extraction_not_frozen`; a second freeze is refused; the stored bytes never change. A submitted
 outcome (or DELETE) ends the session, and every later tool call is refused with `session_ended`.
 
+Why sessions are ended when idle (issue 31): a client that dies mid-session leaves the chamber as it staged it.
+A session without a request for `idle_s` and with no call in flight is abandoned: `expire_idle` ends it
+("expired"), and the app hands the chambers it used back safe (handback.py) without waiting for another
+request. Every request on a session's path counts as activity, and so does the end of each of its tool calls (a
+long run_protocol is not idle time).
+
 Why a cap on open sessions (issue 19: a client made 20,000 in 15 s and 88 MB of records): each session holds a
 record file and memory, so at `max_sessions` open sessions a new one is refused (429 `too_many_sessions`, naming
 the cap), after first ending every session idle for `idle_s` (no request: its client is gone), so an abandoned
@@ -93,7 +99,10 @@ class SessionStore:
                  wall_clock: Callable[[], float], new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
                  max_open_records: int = 64, max_sessions: int = DEFAULT_MAX_SESSIONS,
                  idle_s: float = DEFAULT_SESSION_IDLE_S, record_files: RecordFiles | None = None,
-                 max_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT) -> None:
+                 max_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
+                 in_call: Callable[[str], bool] = lambda _session_id: False) -> None:
+        """`in_call(session_id)`: whether a call of that session is on a chamber now (such a session is never
+        idle)."""
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions!r}")
         if max_per_client < 1:
@@ -111,6 +120,8 @@ class SessionStore:
         self._new_id = new_id
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
+        self._in_call = in_call
+        self._expired: list[Session] = []  # ended by expiry, not yet returned by expire_idle
         self._files = record_files if record_files is not None else RecordFiles(max_open=max_open_records)
 
     @property
@@ -160,18 +171,35 @@ class SessionStore:
         holds how many: {n})."""
         if len(open_sessions) < cap:
             return
-        self._expire_idle(open_sessions)
+        self._expire(open_sessions)
         still = sum(1 for x in open_sessions if not x.ended)
         if still >= cap:
             raise ApiError(code, held.replace("{n}", str(still)) + "; end one with DELETE /sessions/{id} or "
                            f"submit_chamber_outcome, or retry once an idle session expires ({self.idle_s:g} s without "
                            "a request)", headers={"Retry-After": "60"})
 
-    def _expire_idle(self, sessions: list[Session]) -> None:
+    def _expire(self, sessions: list[Session]) -> list[Session]:
+        """End each of `sessions` idle for `idle_s` with no call in flight (lock held); those ended."""
         now = self._clock()
+        ended = []
         for x in sessions:
-            if now - x.last_active >= self.idle_s:
+            if not x.ended and now - x.last_active >= self.idle_s and not self._in_call(x.id):
                 x.end_reason, x.ended_at = "expired", now
+                ended.append(x)
+        self._expired.extend(ended)
+        return ended
+
+    def expire_idle(self) -> list[Session]:
+        """End every open session idle for `idle_s` (no request, no call in flight): abandoned by its client.
+        Returns those it ended, and those the session caps ended since the last call (each once)."""
+        with self._lock:
+            self._expire([x for x in self._sessions.values() if not x.ended])
+            ended, self._expired = self._expired, []
+            return ended
+
+    def touch(self, session: Session) -> None:
+        """The session was active now (a tool call of it just finished)."""
+        session.last_active = self._clock()
 
     def lookup(self, session_id: str) -> Session | None:
         """The session (None if unknown); every request on its path counts as activity."""
