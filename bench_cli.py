@@ -79,9 +79,19 @@ def whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
 
 
 POSITIVE, TCP_PORT, SEED = whole(1), whole(0, 65535), whole(0)
+ROWS = whole(1, 50_000)  # rows one measurement holds in memory and prints (~75 MB; 1-2 h at 7-12 rows/s)
+STEPS = whole(3, 10_001)  # bounds one sweep tries (10,001 exact-decimal verdicts take ~0.2 s; no figure shows more)
 seconds = checked(float, lambda v: math.isfinite(v) and v > 0, "seconds > 0 (finite)")
 decimal_value = checked(Decimal, lambda v: v.is_finite() and (v == 0 or -50 <= v.adjusted() < 50),
                         "a finite decimal number of magnitude 1e-50..1e50", text_kept=True)
+
+
+def msr_rows(text: str) -> int:
+    """--chunk: at most the firmware's MSR count (chamber.protocol_language; imported when given: fast --help)."""
+    from chamber.protocol_language import MAX_MSR_ROWS
+
+    return checked(int, lambda v: 1 <= v <= MAX_MSR_ROWS, f"a whole number 1..{MAX_MSR_ROWS} (the most rows one "
+                   "MSR may ask for: the firmware reads n as a 16-bit int)")(text)
 
 
 # ----------------------------------------------------------------------------------------------- output
@@ -113,6 +123,7 @@ def opt(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
 LAB_CREDENTIALS = opt("--lab-credentials", type=Path, default=None, metavar="PATH", help="Remote Lab credentials "
                       "(.ini: [api_keys] user, password) for a lab+http:// --port; else env CHAMBERLAB_LAB_CREDENTIALS")
 SIM, CLAIMS = "(sim backend)", "a claim file or folder of them (repeatable; default: packaged + chamber-part claims)"
+FORCE = opt("--force", action="store_true", help="replace an existing output file (once the new one is complete)")
 OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "board": [  # chamber info|measure|run|shell: one chamber, serial or in-process
         opt("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port; or a Remote Lab chamber "
@@ -127,8 +138,8 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "bench": [  # the board commands that change something
         opt("--safe", type=Path, default=None, help="safe-state settings file (YAML/JSON {wt: {...}, lt: {...}}) "
             "applied on every exit; default: the limits file's safe: section, else fans off, LEDs off"),
-        opt("--chunk", type=POSITIVE, default=25,
-            help="longest MSR sent at once (a longer one is split so it can report progress and stop)")],
+        opt("--chunk", type=msr_rows, default=25, help="longest MSR sent at once (a longer one is split so it "
+            "can report progress and stop; at most the firmware's 16-bit count)")],
     "lab": [  # calibrate/check/sweep: --backend sim (both chambers in-process) or --port URLs (kind announced)
         opt("--backend", choices=["sim", "serial"], default=None,
             help="sim: in-process simulator of both chambers (default when no --port is given)"),
@@ -234,7 +245,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
     sheets = lambda a: getattr(a, "datasheets", None) or shared_dir() / "datasheets"  # noqa: E731
     listed = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     done = lambda d, **kw: lib("protocols.exit_codes").exit_code(d, **kw)  # noqa: E731  (the one exit-code rule)
-    rows = opt("--rows", type=POSITIVE, default=200, help="rows per measurement (default 200)")
+    rows = opt("--rows", type=ROWS, default=200, help="rows per measurement (default 200)")
     claim_id, out = opt("claim_id", help="claim id (see protocols/data/claims/)"), opt("-o", "--output", type=Path)
     return [
         ("run", "the main job: chambers, calibration, all checks, the sweep, the agent, scores, report",
@@ -258,9 +269,10 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
          [opt("action", choices=["list"], help="list: every run in the index"), "runs-dir"]),
         ("calibrate", "cross-sensor calibration of the wind tunnel's four DPS310 barometers",
          job("protocols.check_job:calibrate_job", "calibration_text", selection=lab_of), [
-            "lab", opt("-n", type=POSITIVE, default=200, help="rows measured after settling (default 200)"),
+            "lab", opt("-n", type=ROWS, default=200, help="rows measured after settling (default 200)"),
             opt("--osr", type=int, default=8, choices=OSR_LEVELS, help="barometer oversampling (default 8)"),
-            opt("-o", "--output", help="write the calibration record (JSON) here")]),
+            opt("-o", "--output", help="write the calibration record (JSON) here (refused if a file is there)"),
+            FORCE]),
         ("check", "grade a claim (or --all) on the chamber: pass / inconclusive / fail with u",
          job("protocols.check_job:check_command", "check_text", claims=claims, selection=lab_of,
              pool=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[0],
@@ -270,13 +282,14 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--all", **flag, help="check every claim and print a table"),
             opt("--calibration", help="a calibration record to use (default: calibrate first)")]),
         ("sweep", "hold one measurement fixed and move the claim's bound through it",
-         job("protocols.check_job:sweep_job", "sweep_text", selection=lab_of), [
+         job("protocols.check_job:sweep_job", "sweep_text", selection=lab_of, refuse=lambda a: lib(
+             "protocols.files").check_output_paths({"--csv": a.csv, "--plot": a.plot}, force=a.force)), [
             opt("claim_id", help="claim id whose bound is swept (e.g. dps310-operating-range)"), "lab",
             opt("--measured", type=decimal_value, help="a given measured value (in the claim's unit)"),
             opt("--u", type=decimal_value, help="its standard uncertainty (with --measured)"),
             opt("--recording", help="a recorded fans-off CSV (public dataset layout)"),
-            opt("--steps", type=whole(3), default=41, help="bounds tried along the sweep (default 41)"),
-            opt("--csv", help="write the rows as CSV"), opt("--plot", help="write the figure as PNG")]),
+            opt("--steps", type=STEPS, default=41, help="bounds tried along the sweep (default 41)"),
+            opt("--csv", help="write the rows as CSV"), opt("--plot", help="write the figure as PNG"), FORCE]),
         ("sim serve", "serve an emulated Mk1 board on a pty or TCP socket; prints the port URL first",
          job("protocols.sim_job:serve_board", on_ready=lambda a: lambda d: show(a, d, lambda d: d["url"])), [
             opt("--chamber", choices=["wt", "lt"], default="wt", help="which board: wind or light tunnel"),
@@ -296,7 +309,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
         ("sim fit", "estimate simulator parameters (barometer offsets/noise, light gains) from a recorded CSV",
          job("protocols.sim_job:fit_job", "fit_text"), [
             opt("recording", help="experiment CSV in the public dataset layout (timestamp, config, counter, ...)"),
-            opt("-o", "--output", required=True, help="parameter file to write (JSON; `sim serve --params`)"),
+            opt("-o", "--output", required=True, help="parameter file to write (JSON; `sim serve --params`)"), FORCE,
             opt("--base", help="parameter file (YAML or JSON) to start from (default: built-in defaults)")]),
         ("chamber info", "connect, and show the board's configuration and variables",
          job("chamber.operator:info_job", "info_text", selection=board_of), ["board"]),
@@ -304,7 +317,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
          job("chamber.operator:measure_command", lambda a, d: lib("chamber.operator").measure_text(d, a.n, say),
              selection=board_of, assignments=lambda a: a.set,
              on_progress=lambda a: lib("chamber.operator").RowMeter("measure", sys.stderr)), [
-            opt("-n", type=POSITIVE, required=True, help="number of rows"), "board", "bench",
+            opt("-n", type=ROWS, required=True, help="number of rows"), "board", "bench",
             opt("--set", action="append", metavar="VAR=VALUE", help="a setting applied before measuring")]),
         ("chamber run", "run an experiment protocol file (the chamber authors' language) into a CSV",
          job("chamber.operator:protocol_command", "protocol_text",
@@ -313,7 +326,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
              stdin=lambda a: sys.stdin, prompt_to=lambda a: sys.stderr,
              on_progress=lambda a: lib("chamber.operator").RowMeter(a.protocol.stem, sys.stderr)), [
             opt("protocol", type=Path, help="protocol file: SET/MSR/WAIT/WAIT_INPUT/RST lines, # comments"),
-            opt(*out[0], **out[1], help="CSV to write (default: <protocol name>_<UTC time>.csv here)"),
+            opt(*out[0], **out[1], help="CSV to write (default: <protocol name>_<UTC time>.csv here)"), FORCE,
             opt("--validate-only", **flag, help="every check of the real run, offline (--chamber/--config, --limits)"),
             "board", "bench"]),
         ("chamber shell", "an interactive SET/MSR/WAIT/RST prompt (checked before sending; Tab completes names)",
@@ -339,7 +352,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
          ["pdf", "page"]),
         ("datasheet page", "render a page (or a region) to PNG",
          job(f"{ds}:page_png", lambda a, d: f"wrote {d['out']} ({d['bytes']} bytes)"), [
-            "pdf", "page", opt("--out", type=Path, required=True, help="PNG file to write"),
+            "pdf", "page", opt("--out", type=Path, required=True, help="PNG file to write"), FORCE,
             opt("--region", type=float, nargs=4, metavar=("X0", "Y0", "X1", "Y1"),
                 help="only this rectangle, in PDF points from the page's top left"),
             opt("--dpi", type=whole(10, 600), default=100, help="resolution (default 100)")]),
@@ -395,7 +408,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--max-sessions", type=POSITIVE, default=SESSIONS,
                 help=f"open sessions at most (default {SESSIONS}); one more gets 429 too_many_sessions"),
             opt("--session-idle", type=seconds, default=IDLE,
-                help=f"seconds after which an idle session may be ended to make room (default {IDLE:g})"),
+                help=f"seconds without a request after which a session is ended as abandoned and its chambers "
+                     f"handed back safe (default {IDLE:g})"),
             opt("--allowed-host", action="append", default=[], metavar="NAME", help="a Host/Origin name besides "
                 "the loopback ones a tokenless server answers (repeatable; others get 403 forbidden_host)")]),
         ("lab serve", "serve our chambers to the authors' causalchamber.lab client: queue and real-time (Remote Lab)",
@@ -430,7 +444,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
          job("agent.scoring.offline:score_job", "score_text", datasheets_dir=sheets, claims=run_pool), [
             opt("paths", nargs="+", type=Path, help="record files (.jsonl), run folders or import-archive output"),
             "claims", "scoring", opt("--no-grounding", **flag, help="skip the source-grounding search"),
-            opt("--out", type=Path, help="also write the result here (e.g. RUN_DIR/scores.json)")]),
+            opt("--out", type=Path, help="also write the result here (e.g. RUN_DIR/scores.json)"), FORCE]),
         ("import-archive", "convert the seed paper's archive so our instruments re-score it",
          job("agent.scoring.archive:import_archive", lambda a, d: f"imported {d['cells']} cells into {a.out}: "
              f"{d['by_role']}", root=lambda a: a.archive), [
@@ -445,8 +459,9 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
                 "(default ./doctor/<UTC time>/)"),
             opt("--timeout", type=seconds, default=120.0, help="seconds each probe request may take (default 120)")]),
         ("matrix", "run models x claims x repeats x arms (resumable), then score the run folder",
-         job("agent.scoring.matrix:matrix_job", "matrix_text",  # engine_error or crashed cells are not results
-             lambda d: done(d, incomplete=bool(d["run"].get("failures") or d["run"].get("engine_errors"))),
+         job("agent.scoring.matrix:matrix_job", "matrix_text",  # engine_error, crashed, document_unreadable cells
+             lambda d: done(d, incomplete=bool(d["run"].get("failures") or d["run"].get("engine_errors")  # are not
+                                               or d["summary"].get("document_unreadable"))),  # results
              models=lambda a: listed(a.models), arms=lambda a: listed(a.arms), datasheets_dir=sheets,
              claims=lambda a: claims_from_args(a, ids=True)[0],
              selected=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[1],
@@ -530,7 +545,18 @@ def fail(as_json: bool, kind: str, message: str, code: int = 2) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    from chamber.terminal import surviving
+
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = surviving(sys.stdout), surviving(sys.stderr)  # a closed terminal cuts no exit path
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
@@ -538,21 +564,24 @@ def main(argv: list[str] | None = None) -> int:
     args.verbose = getattr(args, "verbose", False)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from chamber.stop import sigterm_as_interrupt
+    from chamber.stop import describe_signal, received_signals, signals_as_interrupt
     from protocols.input_files import check_text_files, input_files
 
     try:
-        with sigterm_as_interrupt():  # SIGTERM unwinds like Ctrl-C: exit paths apply the safe state
+        with signals_as_interrupt():  # SIGTERM, SIGHUP, SIGQUIT unwind like Ctrl-C: exit paths apply the safe state
             check_text_files(input_files(vars(args)))  # a missing or undecodable file is named before any work starts
             result = args.handler(args)
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        signals = received_signals()
+        say(f"interrupted by {describe_signal(signals[0])}" if signals else "interrupted")
         return 130
     except Exception as exc:  # rendered, not swallowed: the type and message tell the user what went wrong
         if args.verbose:
             log.exception("command failed")
         unsafe = isinstance(exc, lib("chamber.safe_state").SafeStateUnconfirmed)  # 3: a chamber may run on
         return fail(getattr(args, "json", False), type(exc).__name__, error_text(exc), 3 if unsafe else 2)
+    if signals := received_signals():  # a command that stopped by itself on a signal: say which one
+        say(f"stopped by {describe_signal(signals[0])}")
     return int(result or 0)
 
 

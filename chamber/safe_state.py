@@ -2,18 +2,24 @@
 
 Why: a protocol ends wherever its last step left the fans, hatch and LEDs; a run stopped with Ctrl-C or by a
 lost link ends anywhere. An unattended chamber should not keep its fans at full load or its LEDs lit. The safe
-state is applied on every exit path of `run`, `check`, `chamber run/shell/measure` and `serve`.
+state is applied on every exit path of `run`, `check`, `chamber run/shell/measure`, `serve` and the Remote Lab.
 
 Applied is not enough: a Ctrl-C that cut an exchange short leaves the board owing a reply or rows, and a SET sent
 then is misread or ignored (issue 24). So the exchange in flight is settled first (Chamber.settle), and the safe
 state counts as confirmed only when one row read back from the board shows each safe value (`same_float32`);
 otherwise the outcome names what may be left running.
 
-Where it comes from, first match wins: a `--safe` settings file, the operator limits file's `safe:` section for
-that chamber, else the default below (fans off, LEDs off). A `--safe` file is YAML or JSON by chamber:
+What it is: the chamber's built-in resting state (RESTING: every actuator that moves, sounds, lights or draws power
+at its resting value) plus whatever an operator adds. A safe section (a `--safe` file, the limits file's `safe:`,
+a lab file's `safe:`) only *adds* settings to it: it cannot change a resting value, so no file can leave a fan on
+(issue 31: a `--safe` naming only `lt:` left the wind tunnel's fans at 0.8 and said "nothing to set"). A chamber
+a section leaves out keeps its resting state. Every added setting is checked before anything opens: a variable of
+that chamber, an actuator the host may set (a "safe" value for a sensor would only fake its reading), a value the
+firmware accepts, within the operator limits; and the resting values themselves must be within those limits. A
+`--safe` file is YAML or JSON by chamber:
 
-    wt: {load_in: 0, load_out: 0, hatch: 0}
-    lt: {red: 0, green: 0, blue: 0}
+    wt: {pot_2: 0, res_in: 0}
+    lt: {diode_ir_1: 2}
 """
 
 from __future__ import annotations
@@ -33,14 +39,26 @@ from chamber.limits import LimitsFileError, OperatorLimits, read_settings_file
 from chamber.stop import signals_deferred
 from firmware_bridge.messages import format_value
 from firmware_bridge.model_file import validate_model
+from firmware_bridge.variables import LAYOUTS, Kind, Variable
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SAFE: dict[str, dict[str, float]] = {
-    "wt": {"load_in": 0.0, "load_out": 0.0},
-    "lt": {"red": 0.0, "green": 0.0, "blue": 0.0},  # all three: an unset colour reaches the LEDs as 241
+RESTING: dict[str, dict[str, float]] = {
+    "wt": {"load_in": 0.0, "load_out": 0.0, "hatch": 0.0, "pot_1": 0.0},
+    "lt": {"red": 0.0, "green": 0.0, "blue": 0.0,  # all three: an unset colour reaches the LEDs as 241
+           **{f"l_{j}{k}": 0.0 for j in (1, 2, 3) for k in (1, 2)},  # the light sensors' own LEDs
+           "pol_1": 0.0, "pol_2": 0.0, "camera": 0.0},
 }
-"""Fans off (0 % PWM on both fans), LEDs off. Everything else stays as it was."""
+"""Each chamber's resting state: the actuators that move, sound, light or draw power, at the value the firmware's
+own setup() gives them (wt_mk_1.ino / lt_mk_1.ino): both fans off, the hatch home at 0 degrees, potentiometer 1 at 0
+(the firmware's white noise on the speaker is off while pot_1 is 0), the LEDs and the light sensors' LEDs off, the
+polarizers home, the camera off. Measurement settings (oversampling, references, diode sizes) draw nothing and are
+left as they are."""
+
+DEFAULT_SAFE = RESTING
+"""The safe state when no file adds to it."""
+
+RESTING_TEXT = "built-in (fans off, hatch home, speaker, LEDs and camera off, polarizers home)"
 
 
 @dataclass(frozen=True)
@@ -48,7 +66,7 @@ class SafeState:
     """Settings by chamber kind, and where they came from (for the summary)."""
 
     settings: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: DEFAULT_SAFE)
-    source: str = "default (fans off, LEDs off)"
+    source: str = RESTING_TEXT
 
     def for_chamber(self, kind: str) -> dict[str, float]:
         return dict(self.settings.get(kind, {}))
@@ -73,39 +91,114 @@ class SafeStateFile(BaseModel):
         return self
 
 
-def _safe_state(parsed: SafeStateFile, source: str) -> SafeState:
-    return SafeState({kind: dict(values) for kind in ("wt", "lt") if (values := getattr(parsed, kind)) is not None},
-                     source)
+def _variable(kind: str, name: str) -> Variable | None:
+    """The variable `name` of chamber `kind` in any configuration we know (the config is announced at connect)."""
+    return next((v for (k, _), layout in LAYOUTS.items() if k == kind
+                 for v in layout.variables if v.name == name), None)
 
 
-def parse_safe_state(data: Any, source: str) -> SafeState:
-    """Safe settings from parsed data; LimitsFileError names `source`, the field, what was expected and got."""
-    return _safe_state(validate_model(data, SafeStateFile, source=source, error=LimitsFileError), source)
+def _refusal(kind: str, name: str, value: float, limits: OperatorLimits | None) -> str | None:
+    """Why `name=value` cannot be part of chamber `kind`'s safe state (None: it can)."""
+    shown = format_value(value) if math.isfinite(value) else str(value)
+    variable = _variable(kind, name)
+    if variable is None:
+        return (f"{name}: expected an actuator of the {kind} chamber (e.g. {', '.join(RESTING[kind])}), got a "
+                "variable it does not have")
+    if variable.kind is not Kind.ACTUATOR or not variable.settable:
+        return (f"{name}={shown}: {name} is a {variable.kind.value}, expected an actuator (a safe value for a "
+                "sensor would only override its reading and make nothing safe)")
+    if not variable.accepts(value):
+        return f"{name}={shown}: expected {variable.describe_allowed()} (what the firmware accepts)"
+    rest = RESTING[kind].get(name)
+    if rest is not None and not same_float32(rest, value):
+        return (f"{name}={shown}: {name} rests at {format_value(rest)} in the built-in safe state; a safe section "
+                "may add settings, not change a resting value")
+    part = limits.for_chamber(kind) if limits is not None else None
+    rule = part.variables.get(name) if part is not None else None
+    if rule is not None and not rule.accepts(value):
+        return f"{name}={shown}: outside the operator limit {rule.describe()}"
+    return None
 
 
-def load_safe_state(path: str | Path) -> SafeState:
-    """A --safe file (YAML, or JSON by suffix); LimitsFileError as every settings file words it."""
-    data = read_settings_file(path, "safe-state file")
-    parsed = validate_model(data, SafeStateFile, source=f"safe-state file {Path(path)}", error=LimitsFileError)
-    return _safe_state(parsed, str(path))
+def _added(kind: str, section: Mapping[str, float], source: str, limits: OperatorLimits | None) -> dict[str, float]:
+    """A safe section's settings for chamber `kind`, each checked (LimitsFileError names `source` and the key)."""
+    for name, value in section.items():
+        if (why := _refusal(kind, name, float(value), limits)) is not None:
+            raise LimitsFileError(source, f"field '{kind}.{name}': {why}")
+    return {name: float(value) for name, value in section.items()}
+
+
+def _check_resting_within(limits: OperatorLimits | None, source: str) -> None:
+    """Refuse limits that exclude a resting value: the chamber could then never be made safe."""
+    for kind, resting in RESTING.items():
+        part = limits.for_chamber(kind) if limits is not None else None
+        if part is None:
+            continue
+        for name, value in resting.items():
+            rule = part.variables.get(name)
+            if rule is not None and not rule.accepts(value):
+                raise LimitsFileError(source, f"field '{kind}.variables.{name}': the limit {rule.describe()} "
+                                      f"excludes {name}={format_value(value)}, its value in the safe state; expected "
+                                      "limits that let the chamber rest")
+
+
+def safe_state_from(sections: Mapping[str, Mapping[str, float] | None], source: str,
+                    limits: OperatorLimits | None = None, base: SafeState | None = None) -> SafeState:
+    """The safe state: `base` (default the resting state) plus `sections` ({kind: {variable: value}}), each setting
+    checked against the chamber's variables and `limits`. A setting `base` already holds with another value is
+    refused (two files disagreeing). LimitsFileError names `source` and the key at fault."""
+    base = base or SafeState(RESTING, RESTING_TEXT)
+    settings = {kind: dict(base.settings.get(kind, {})) for kind in RESTING}
+    for kind, section in sections.items():
+        if section is None:
+            continue
+        for name, value in _added(kind, section, source, limits).items():
+            held = settings[kind].get(name)
+            if held is not None and not same_float32(held, value):
+                raise LimitsFileError(source, f"field '{kind}.{name}': {format_value(value)}, but {base.source} "
+                                      f"sets {name}={format_value(held)}; expected one value")
+            settings[kind][name] = value
+    named = any(section for section in sections.values())
+    return SafeState(settings, f"{base.source} + {source}" if named else base.source)
+
+
+def parse_safe_state(data: Any, source: str, limits: OperatorLimits | None = None,
+                     base: SafeState | None = None) -> SafeState:
+    """The safe state from parsed data ({wt: {...}, lt: {...}}) added to `base` (default: the resting state);
+    LimitsFileError names `source`, the field, what was expected and got."""
+    parsed = validate_model(data, SafeStateFile, source=source, error=LimitsFileError)
+    return safe_state_from({"wt": parsed.wt, "lt": parsed.lt}, source, limits, base)
+
+
+def load_safe_state(path: str | Path, limits: OperatorLimits | None = None, base: SafeState | None = None
+                    ) -> SafeState:
+    """A --safe file (YAML, or JSON by suffix) added to `base` (default: the resting state); LimitsFileError as
+    every settings file words it."""
+    return parse_safe_state(read_settings_file(path, "safe-state file"), f"safe-state file {Path(path)}", limits,
+                            base)
+
+
+def _limits_sections(limits: OperatorLimits) -> dict[str, Mapping[str, float] | None]:
+    """The limits file's `safe:` sections by chamber. A file naming no chamber applies to whichever is connected:
+    its section goes to each chamber that has every variable it names."""
+    if limits.chambers:
+        return {kind: part.safe for kind in RESTING if (part := limits.for_chamber(kind)) is not None}
+    if not limits.safe:
+        return {}
+    fits = [kind for kind in RESTING if all(_variable(kind, name) is not None for name in limits.safe)]
+    return {kind: limits.safe for kind in fits} or {"wt": limits.safe}  # none fits: refused, named for wt
 
 
 def resolve_safe_state(safe_file: str | Path | None = None, limits: OperatorLimits | None = None) -> SafeState:
-    """The --safe file, else the limits file's safe sections (per chamber, default for a chamber it omits), else
-    the default."""
-    if safe_file is not None:
-        return load_safe_state(safe_file)
+    """The resting state, plus the limits file's `safe:` sections, plus the --safe file; all checked before any
+    chamber opens (LimitsFileError naming the file and key)."""
+    _check_resting_within(limits, "operator limits file")
+    safe = SafeState(RESTING, RESTING_TEXT)
     if limits is not None:
-        settings = dict(DEFAULT_SAFE)
-        named = False
-        for kind in ("wt", "lt"):
-            part = limits.for_chamber(kind)
-            if part is not None and part.safe is not None:
-                settings[kind] = dict(part.safe)
-                named = True
-        if named:
-            return SafeState(settings, "operator limits file (safe:)")
-    return SafeState()
+        safe = safe_state_from(_limits_sections(limits), "operator limits file (safe:)", limits)
+    if safe_file is not None:
+        safe = load_safe_state(safe_file, limits, safe)
+    return safe
 
 
 LOCK_WAIT_S = 5.0

@@ -1,5 +1,10 @@
 """A stop request an operator makes with Ctrl-C or SIGTERM, turned into a flag that long steps poll.
 
+Which signals: every way a lab run is told to end (issue 31): SIGINT (Ctrl-C), SIGTERM (a service manager, `kill`),
+SIGHUP (the terminal closed, an SSH session dropped) and SIGQUIT (Ctrl-\\). Each goes the one way to stop: the safe
+state applied and read back. SIGHUP ignored when the process started (`nohup`) stays ignored: that operator asked
+the run to outlive the terminal.
+
 Why a flag and not an exception: a protocol run must stop *between* rows, keep every row received, leave the
 chamber in its safe state and still print its summary. An exception raised inside a half-read MSR would lose
 the rows in flight and could leave the link mid-packet. The first signal sets the flag; a second one (the
@@ -18,7 +23,31 @@ from typing import Any, Callable, Iterator
 
 log = logging.getLogger(__name__)
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""The signals that stop a command (and that wait while the safe state is applied)."""
+
+MEANING = {"SIGINT": "Ctrl-C", "SIGTERM": "a stop request", "SIGHUP": "the terminal hung up",
+           "SIGQUIT": "Ctrl-\\"}
+"""What each stop signal usually means, for the one line a command prints when it stops."""
+
+_received: list[str] = []  # every stop signal this process received, in order (signals are process-wide)
+
+
+def note_signal(signum: int) -> str:
+    """Record a stop signal (for `received_signals`) and return its name."""
+    name = signal.Signals(signum).name
+    _received.append(name)
+    return name
+
+
+def received_signals() -> list[str]:
+    """The stop signals this process received so far, in order."""
+    return list(_received)
+
+
+def describe_signal(name: str) -> str:
+    """`SIGHUP (the terminal hung up)`: a signal's name with what it usually means."""
+    return f"{name} ({MEANING[name]})" if name in MEANING else name
 
 
 class StopRequest:
@@ -44,11 +73,13 @@ class StopRequest:
 @contextmanager
 def handled_by(handler: Callable[[int, Any], None], signals: tuple[signal.Signals, ...]) -> Iterator[bool]:
     """While inside: `handler` handles `signals`, the previous handlers restored on exit. Yields False (and changes
-    nothing) outside the main thread, where Python delivers no signals."""
+    nothing) outside the main thread, where Python delivers no signals. A SIGHUP that is ignored (`nohup`) stays
+    ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
-    previous = {s: signal.signal(s, handler) for s in signals}
+    kept = [s for s in signals if not (s == signal.SIGHUP and signal.getsignal(s) is signal.SIG_IGN)]
+    previous = {s: signal.signal(s, handler) for s in kept}
     try:
         yield True
     finally:
@@ -58,27 +89,30 @@ def handled_by(handler: Callable[[int, Any], None], signals: tuple[signal.Signal
 
 @contextmanager
 def stop_on_signals(stop: StopRequest | None = None) -> Iterator[StopRequest]:
-    """While inside: SIGINT/SIGTERM request a stop (the second one raises KeyboardInterrupt). Handlers are
-    restored on exit. Outside the main thread (signals cannot be caught there) the request is only programmatic."""
+    """While inside: a stop signal (STOP_SIGNALS) requests a stop (the second one raises KeyboardInterrupt).
+    Handlers are restored on exit. Outside the main thread (signals cannot be caught there) the request is only
+    programmatic."""
     stop = stop or StopRequest()
 
     def handler(signum: int, _frame: Any) -> None:
+        name = note_signal(signum)
         if stop.requested:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
-        stop.request(signal.Signals(signum).name)
+            raise KeyboardInterrupt(f"second {name}")
+        stop.request(name)
 
     with handled_by(handler, STOP_SIGNALS):
         yield stop
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """While inside: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so `finally` blocks (safe state, run
-    index) run instead of the process dying where it stands."""
+def signals_as_interrupt() -> Iterator[None]:
+    """While inside: every stop signal raises KeyboardInterrupt naming it, as Ctrl-C does, so `finally` blocks
+    (safe state, run index) run instead of the process dying where it stands (SIGTERM, SIGHUP and SIGQUIT would
+    otherwise end it at once with the fans running)."""
     def handler(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        raise KeyboardInterrupt(note_signal(signum))
 
-    with handled_by(handler, (signal.SIGTERM,)):
+    with handled_by(handler, STOP_SIGNALS):
         yield
 
 
@@ -87,7 +121,7 @@ _deferring = False  # signals are being deferred (only the main thread installs 
 
 @contextmanager
 def signals_deferred(what: str = "the chamber is being made safe") -> Iterator[list[str]]:
-    """While inside (main thread): SIGINT and SIGTERM are recorded instead of raised, so the safe state is not cut
+    """While inside (main thread): stop signals are recorded instead of raised, so the safe state is not cut
     short the way the command was; the first one logs one line saying `what` is finishing first. Yields the list
     of signal names received; the caller decides what they mean once done (a stop). Nested use defers to the
     outermost. Elsewhere (no signals there) it only yields the empty list."""
@@ -95,7 +129,7 @@ def signals_deferred(what: str = "the chamber is being made safe") -> Iterator[l
     received: list[str] = []
 
     def handler(signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
+        name = note_signal(signum)
         if not received:
             log.warning("%s received: %s first; it ends within its time bound", name, what)
         received.append(name)

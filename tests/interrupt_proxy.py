@@ -21,8 +21,8 @@ Triggers (one per proxy, fired once, on protocol events the proxy sees, never on
   value, the line has been silent both ways this long (the host is in a WAIT, or a server is idle between calls).
 `unsafe_only=False` (msr, set) fires whatever the safe-state variables hold: for commands that never run a fan
 (calibrate, sweep), where the exchange in flight is what is under test.
-The action sends each of `signals` to the process group (SIGINT, as a terminal's Ctrl-C does) or to the process
-(SIGTERM, as a service manager does); with several signals, on_msr_rows spaces them rows apart.
+The action sends each of `signals` to the process group (SIGINT, SIGQUIT, SIGHUP, as a terminal's Ctrl-C,
+Ctrl-\\ and hang-up do) or to the process (SIGTERM, as a service manager does); with several signals, on_msr_rows spaces them rows apart.
 
 What counts as safe (`WireRecord.verdict`), on the LAST connection of the record (the board a host leaves behind:
 every new connection powers up a fresh board, as a real Mega resets on DTR):
@@ -31,8 +31,8 @@ every new connection powers up a fresh board, as a real Mega resets on DTR):
    board's reply to such an instruction;
 2. the "read-back" is the last row that came after the last change AND that the host acknowledged (its link
    received it: the host read the state back, not just the board sent it);
-3. safe when there is such a row and it shows every safe-state variable at its safe value: wt load_in == 0 and
-   load_out == 0, lt red == green == blue == 0 (SAFE_VALUES below, written here on purpose rather than imported:
+3. safe when there is such a row and it shows every safe-state variable at its safe value: wt load_in == 0,
+   load_out == 0 and hatch == 0, lt red == green == blue == 0 (SAFE_VALUES below, written here on purpose rather than imported:
    the judge does not share the command's definition). An unset (-9999, NaN) value is not safe.
 A board error report (`<ERR,...>`) on the last connection is named in a "not safe" reason; it needs no rule of its
 own: the firmware halts after one, so no row follows it unless the host resets the board (RST, a change).
@@ -58,7 +58,7 @@ from firmware_bridge.segments import FIRST_SEQ, Arrival, Endpoint, Segment
 from firmware_bridge.variables import Layout, layout_from_names
 
 SAFE_VALUES: dict[str, dict[str, float]] = {
-    "wt": {"load_in": 0.0, "load_out": 0.0},
+    "wt": {"load_in": 0.0, "load_out": 0.0, "hatch": 0.0},
     "lt": {"red": 0.0, "green": 0.0, "blue": 0.0},
 }
 """The safe state issue 24 asks for: fans off, LEDs off."""
@@ -259,11 +259,19 @@ def signal_pending(pid: int, signum: int) -> bool:
     return any(int(masks[k].strip(), 16) & bit for k in ("SigPnd", "ShdPnd") if k in masks)
 
 
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+"""The signals a terminal sends to its foreground process group."""
+
+
 def send_signal(pid: int, signum: signal.Signals, timeout: float = 5.0) -> bool:
-    """Send SIGINT to the process group (as Ctrl-C does), another signal to the process, and wait until the
-    kernel has delivered it. True when it was seen delivered within `timeout`."""
+    """Send SIGINT, SIGQUIT and SIGHUP to the process group (as Ctrl-C, Ctrl-\\ and a hung-up terminal do),
+    another signal (SIGTERM: a service manager) to the process, and wait until the kernel has delivered it. True
+    when it was seen delivered within `timeout`."""
     try:
-        os.killpg(os.getpgid(pid), signum) if signum == signal.SIGINT else os.kill(pid, signum)
+        if signum in TERMINAL_SIGNALS:
+            os.killpg(os.getpgid(pid), signum)
+        else:
+            os.kill(pid, signum)
     except ProcessLookupError:
         return False
     deadline = time.monotonic() + timeout

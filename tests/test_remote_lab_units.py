@@ -10,6 +10,7 @@ import zipfile
 import pytest
 import yaml
 
+from chamber.safe_state import RESTING
 from protocols.remote_lab import store
 from protocols.remote_lab.accounts import AccountError, Accounts, read_password_file
 from protocols.remote_lab.lab_file import LabFileError, demo_lab, load_lab
@@ -46,14 +47,33 @@ def test_a_lab_file_carries_each_chambers_limits_and_safe_state(tmp_path):
     lab = load_lab(lab_file(tmp_path, """
 chambers:
   tunnel-1: {board: 'socket://10.0.0.5:4000', kind: wt, mode: real-time,
-             limits: {variables: {load_in: {max: 0.5}}}, safe: {load_in: 0.1, load_out: 0}}
+             limits: {variables: {load_in: {max: 0.5}}}, safe: {pot_2: 0, load_out: 0}}
 caps: {max_queued_per_user: 3}
 """))
     assert lab.kind("tunnel-1") == "wt" and lab.caps.max_queued_per_user == 3
-    assert lab.safe["tunnel-1"].for_chamber("wt") == {"load_in": 0.1, "load_out": 0}
+    assert lab.safe["tunnel-1"].for_chamber("wt") == {**RESTING["wt"], "pot_2": 0}  # added to the resting state
     with pytest.raises(InvalidProtocol, match="'SET,load_in,0.75': expected"):
         check_protocol(["SET,load_in,0.75"], kind="wt", config="standard", limits=lab.limits["tunnel-1"],
                        caps=lab.caps)
+
+
+@pytest.mark.parametrize("bad_entry, expected", [
+    ("{board: 'emulated:wt', safe: {load_in: 0.5}}", "safe: field 'wt.load_in': load_in=0.5: load_in rests at 0"),
+    ("{board: 'emulated:wt', limits: {variables: {hatch: {max: 30}}}, safe: {pot_2: 300}}",
+     "safe: field 'wt.pot_2': pot_2=300: expected 0..255"),
+    ("{board: 'emulated:wt', safe: {rpm_in: 0}}", "rpm_in is a sensor, expected an actuator"),
+    ("{board: 'emulated:wt', safe: {red: 0}}", "expected an actuator of the wt chamber"),
+    ("{board: 'emulated:wt', limits: {variables: {pot_2: {max: 100}}}, safe: {pot_2: 200}}",
+     "outside the operator limit -inf..100"),
+    ("{board: 'emulated:wt', limits: {variables: {load_in: {min: 0.2}}}}", "excludes load_in=0"),
+    ("{board: 'emulated:wt', colour: red}", "colour"),
+])
+def test_one_bad_chamber_is_refused_in_one_line_and_the_others_are_served(tmp_path, bad_entry, expected):
+    lab = load_lab(lab_file(tmp_path, f"chambers: {{good: {{board: 'emulated:lt'}}, bad: {bad_entry}}}"))
+    assert list(lab.spec.chambers) == ["good"] and list(lab.refused) == ["bad"]
+    reason = lab.refused["bad"]
+    assert "\n" not in reason and expected in reason and "chambers.bad" in reason, reason
+    assert lab.safe["good"].for_chamber("lt") == RESTING["lt"]
 
 
 def test_the_demo_lab_has_a_wind_and_a_light_tunnel_in_each_mode():

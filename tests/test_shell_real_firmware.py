@@ -99,7 +99,7 @@ def test_ctrl_c_during_an_msr_returns_to_the_prompt_and_quit_leaves_the_fan_off(
         assert 3 <= got < 200 and got % 10 == 0, stopped  # after the chunk in flight, not the whole MSR
         assert "load_in=0.8" in err  # `state` answered after the Ctrl-C: the shell went on
         assert code == 0, err
-        assert "safe state wt: load_in=0, load_out=0 (read back)" in err
+        assert "safe state wt: load_in=0, load_out=0, hatch=0, pot_1=0 (read back)" in err
         assert "Traceback" not in err
         verdict = proxy.record.verdict()
         assert verdict.safe, f"{verdict.reason}\n{proxy.record.tail(30)}"
@@ -153,7 +153,8 @@ def test_a_second_ctrl_c_during_the_same_msr_leaves_with_130_and_the_fan_off(fir
         err = output.stderr
         assert trigger.sent == [signal.SIGINT, signal.SIGINT] and trigger.delivered, err
         assert code == 130, err
-        assert "interrupted: leaving" in err and "safe state wt: load_in=0, load_out=0 (read back)" in err, err
+        assert "interrupted: leaving" in err, err
+        assert "safe state wt: load_in=0, load_out=0, hatch=0, pot_1=0 (read back)" in err, err
         assert "Traceback" not in err
         verdict = proxy.record.verdict()
         assert verdict.safe, f"{verdict.reason}\n{proxy.record.tail(30)}"

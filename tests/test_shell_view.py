@@ -120,7 +120,7 @@ def test_a_refused_line_in_a_piped_script_stops_it_and_exits_2_with_the_chamber_
     assert "! refused, nothing sent: load_in: expected 0..1" in proc.stderr
     assert "line 2 of the script was not done; the script stops here" in proc.stderr
     assert proc.stdout == ""  # the MSR after it never ran
-    assert "safe state wt: load_in=0, load_out=0 (read back)" in proc.stderr
+    assert "safe state wt: load_in=0, load_out=0, hatch=0, pot_1=0 (read back)" in proc.stderr
     clean = run_script("SET,load_in,0.5\nMSR,3,0\n# a comment\n\nquit\n", "--json")
     assert clean.returncode == 0, clean.stderr
     assert clean.stdout.count("counter,") == 1  # rows into a pipe: the whole CSV, header once

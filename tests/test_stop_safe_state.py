@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from chamber.driver import Chamber
-from chamber.safe_state import SafeStateUnconfirmed, apply_safe_state, resolve_safe_state, same_float32
+from chamber.safe_state import DEFAULT_SAFE, SafeStateUnconfirmed, apply_safe_state, resolve_safe_state, same_float32
 from chamber.selection import OpenChambers
 from chamber.sim_backend import SimBackend
 
@@ -43,7 +43,7 @@ def test_a_read_back_that_disagrees_is_not_confirmed_and_names_the_value_left():
     chamber = MisreportingChamber(SimBackend("wt")).connect()
     chamber.set("load_in", 0.8)
     outcome = apply_safe_state(chamber, resolve_safe_state())
-    assert not outcome.confirmed and outcome.applied == {"load_in": 0.0, "load_out": 0.0}
+    assert not outcome.confirmed and outcome.applied == DEFAULT_SAFE["wt"]
     assert outcome.left_running == {"load_in": 0.5}
     assert outcome.text == ("safe state NOT confirmed on wt: load_in may still be 0.5 "
                             "(read back load_in=0.5, expected load_in=0)")
@@ -56,8 +56,9 @@ def test_a_confirmed_outcome_is_strict_json_with_unset_actuators_as_null():
     assert outcome.confirmed and outcome.left_running == {} and outcome.error is None
     assert outcome.readback["load_in"] == 0.0 and outcome.readback["load_out"] == 0.0
     data = json.loads(json.dumps(outcome.to_dict(), allow_nan=False))
-    assert data["confirmed"] is True and data["text"] == "safe state confirmed on wt: load_in=0, load_out=0 (read back)"
-    assert None in data["readback"].values()  # e.g. hatch, never set: the firmware's unset
+    assert data["confirmed"] is True and data["text"] == ("safe state confirmed on wt: load_in=0, load_out=0, "
+                                                          "hatch=0, pot_1=0 (read back)")
+    assert None in data["readback"].values()  # e.g. pot_2, never set: the firmware's unset
 
 
 def opened_misreporting() -> OpenChambers:
@@ -89,18 +90,18 @@ def test_open_chambers_raises_safe_state_unconfirmed_only_from_an_error_already_
 
 def test_a_safe_state_the_limits_refuse_is_refused_at_open_and_nothing_is_set_at_the_exit(tmp_path, monkeypatch):
     """Refused at the start (exit 2, the setting named); the exit path then sends nothing: a safe state that
-    cannot be sent is not 'unconfirmed' (exit 3), the board is as its reset left it."""
+    cannot be sent is not 'unconfirmed' (exit 3), the board is as its reset left it. (A safe file that a limits
+    file refuses is refused before anything opens; this is the connect-time check of a state built in code.)"""
     from chamber.errors import InvalidSetting
-    from chamber.safe_state import load_safe_state
+    from chamber.safe_state import SafeState
     from chamber.selection import open_chambers, selection_of
 
-    (tmp_path / "limits.yaml").write_text("wt:\n  variables: {load_in: {max: 0.5}}\n")
-    (tmp_path / "safe.yaml").write_text("wt: {load_in: 0.9}\n")
+    (tmp_path / "limits.yaml").write_text("wt:\n  variables: {pot_2: {max: 50}}\n")
     selection = selection_of("sim", None, kinds=("wt",), limits=tmp_path / "limits.yaml", one_chamber=True)
     closed: list[OpenChambers] = []
     real_close = OpenChambers.close
     monkeypatch.setattr(OpenChambers, "close", lambda self, *a, **kw: closed.append(self) or real_close(self, *a, **kw))
-    with pytest.raises(InvalidSetting, match="load_in"):
-        open_chambers(selection, safe=load_safe_state(tmp_path / "safe.yaml"))
+    with pytest.raises(InvalidSetting, match="pot_2"):
+        open_chambers(selection, safe=SafeState({"wt": {**DEFAULT_SAFE["wt"], "pot_2": 90.0}}, "a test"))
     (opened,) = closed
     assert opened.outcomes == [] and not opened.unconfirmed  # closed as connected: no SET tried, none failed

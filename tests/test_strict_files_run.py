@@ -149,17 +149,21 @@ def test_the_sim_run_refuses_before_the_first_set():
 
 # ------------------------------------------------------------------------------------ the safe state and limits
 @pytest.mark.parametrize("texts, needle", [
-    ({"cap_yaml": CAP, "safe_yaml": "wt: {load_in: 0.9}\n"}, "expected 0..0.5 (operator limits) (safe state from"),
+    ({"cap_yaml": CAP + "  pot_2: {max: 50}\n", "safe_yaml": "wt: {pot_2: 90}\n"}, "pot_2=90: outside the operator limit -inf..50"),
+    ({"cap_yaml": CAP, "safe_yaml": "wt: {load_in: 0.9}\n"}, "load_in=0.9: load_in rests at 0"),
     ({"cap_yaml": "chamber: wt\nvariables:\n  load_in: {min: 0.2, max: 0.5}\n"},
-     "expected 0.2..0.5 (operator limits) (safe state from default (fans off, LEDs off)), received 0"),
+     "the limit 0.2..0.5 excludes load_in=0, its value in the safe state"),
 ])
 def test_a_safe_state_the_real_run_refuses_is_refused_offline(tmp_path, capsys, texts, needle):
     f = files(tmp_path, P_txt="SET,hatch,10\nMSR,1,0\n", **texts)
     safe = ["--safe", f["safe_yaml"]] if "safe_yaml" in f else []
-    error = error_of(run_cli(capsys, "--json", "chamber", "run", f["P_txt"], "--validate-only", "--chamber", "wt",
-                             "--limits", f["cap_yaml"], *safe))
-    assert error["type"] == "InvalidSetting" and needle in error["message"]
-    assert "load_in" in error["message"]
+    offline = error_of(run_cli(capsys, "--json", "chamber", "run", f["P_txt"], "--validate-only", "--chamber", "wt",
+                               "--limits", f["cap_yaml"], *safe))
+    real = error_of(run_cli(capsys, "--json", "chamber", "run", f["P_txt"], "--backend", "sim", "--chamber", "wt",
+                            "--limits", f["cap_yaml"], *safe, "-o", str(tmp_path / "o.csv")))
+    assert offline["type"] == real["type"] == "LimitsFileError" and needle in offline["message"]
+    assert offline["message"] == real["message"]
+    assert not (tmp_path / "o.csv").exists()  # refused before the chamber opened
 
 
 def test_a_limits_file_for_the_other_chamber_is_refused_offline_as_on_connect(tmp_path, capsys):

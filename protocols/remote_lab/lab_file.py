@@ -6,10 +6,16 @@ host that has no board attached, so everything it needs must be known from the f
 (from `emulated:wt`, or `kind:` for a real board), its configs and the operator limits in the limits file's own
 format. The worker beside the chamber then refuses to serve a board that announces another kind or config.
 Without a file, `lab serve` runs DEMO_LAB: emulated boards, a wind and a light tunnel in each mode.
+
+Why each chamber is checked on its own (issue 31): one chamber's typo (a safe state outside its limits, an unknown
+variable) must not keep the others from being served, and must not start a worker that loops on "NOT confirmed".
+A chamber whose entry fails is refused in one line (`Lab.refused`) and not served; the file is refused only when
+no chamber is left. A safe section only adds to the chamber's built-in resting state (chamber/safe_state.py).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chamber.limits import LimitsFileError, OperatorLimits, parse_limits
 from chamber.safe_state import SafeState, parse_safe_state, resolve_safe_state
-from firmware_bridge.model_file import ModelFileError, load_model_file, validate_model
+from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
 from firmware_bridge.variables import LAYOUTS
 
 EMULATED = "emulated:"
@@ -89,34 +95,32 @@ class LabFile(BaseModel):
 
     @model_validator(mode="after")
     def _ids(self) -> "LabFile":
-        import re
-
         bad = [c for c in self.chambers if not re.match(CHAMBER_ID, c)]
         if bad:
             raise ValueError(f"chamber id {bad[0]!r}: expected letters, digits, '_', '.', '-' (at most 64)")
         return self
 
 
-class Lab:
-    """A lab file, checked: each chamber's limits and safe state parsed as the driver will use them."""
+class _LabFileShape(BaseModel):
+    """The file before its chambers are checked one by one: the top-level keys and the caps."""
 
-    def __init__(self, spec: LabFile, source: str):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chambers: dict[str, Any] = Field(min_length=1)
+    caps: Caps = Caps()
+
+
+class Lab:
+    """A lab file, checked: each chamber's limits and safe state parsed as the driver will use them. `refused`:
+    the chambers of the file that are not served, each with its one-line reason."""
+
+    def __init__(self, spec: LabFile, source: str, refused: dict[str, str] | None = None):
         self.spec, self.source = spec, source
+        self.refused: dict[str, str] = dict(refused or {})
         self.limits: dict[str, OperatorLimits | None] = {}
         self.safe: dict[str, SafeState] = {}
         for chamber_id, entry in spec.chambers.items():
-            kind = entry.chamber_kind
-            where = f"{source}: chambers.{chamber_id}"
-            try:
-                limits = None if entry.limits is None else parse_limits({kind: entry.limits}, f"{where}.limits")
-            except LimitsFileError as exc:
-                raise LabFileError(where, exc.problem) from None
-            self.limits[chamber_id] = limits
-            try:
-                self.safe[chamber_id] = (parse_safe_state({kind: entry.safe}, f"{where}.safe")
-                                         if entry.safe is not None else resolve_safe_state(None, limits))
-            except LimitsFileError as exc:
-                raise LabFileError(where, exc.problem) from None
+            self.limits[chamber_id], self.safe[chamber_id] = _limits_and_safe(entry, f"{source}: chambers.{chamber_id}")
 
     @property
     def caps(self) -> Caps:
@@ -129,10 +133,47 @@ class Lab:
         return self.entry(chamber_id).chamber_kind or ""
 
 
+def _limits_and_safe(entry: ChamberEntry, where: str) -> tuple[OperatorLimits | None, SafeState]:
+    """A chamber's limits and its safe state (the resting state plus its limits' and its own `safe:`), each
+    checked; LabFileError names `where` and the field."""
+    kind = entry.chamber_kind
+    try:
+        limits = None if entry.limits is None else parse_limits({kind: entry.limits}, f"{where}.limits")
+        safe = resolve_safe_state(None, limits)
+        if entry.safe is not None:
+            safe = parse_safe_state({kind: entry.safe}, f"{where}.safe", limits, safe)
+    except LimitsFileError as exc:  # the field as the lab file writes it: chambers.ID.safe: field 'wt.load_in'
+        raise LabFileError(where, f"{exc.source.removeprefix(where).lstrip('.')}: {exc.problem}") from None
+    return limits, safe
+
+
 def load_lab(path: str | Path) -> Lab:
-    spec = load_model_file(path, LabFile, what="lab file", error=LabFileError,
-                           expected="a mapping with chambers: {ID: {board, mode, configs, limits, safe}}")
-    return Lab(spec, f"lab file {Path(path)}")
+    """The lab file at `path`, each chamber checked on its own: a chamber whose entry fails is in `Lab.refused`;
+    LabFileError (one line) when the file itself is wrong or no chamber is left."""
+    source = f"lab file {Path(path)}"
+    data = read_data_file(path, what="lab file", error=LabFileError,
+                          expected="a mapping with chambers: {ID: {board, mode, configs, limits, safe}}")
+    shape = validate_model(data, _LabFileShape, source=source, error=LabFileError)
+    entries: dict[str, ChamberEntry] = {}
+    refused: dict[str, str] = {}
+    for chamber_id, raw in shape.chambers.items():
+        where = f"chambers.{chamber_id}"
+        try:
+            if not re.match(CHAMBER_ID, str(chamber_id)):
+                raise LabFileError(source, f"chamber id {chamber_id!r}: expected letters, digits, '_', '.', '-' "
+                                           "(at most 64)")
+            entry = validate_model({"chambers": {chamber_id: raw}}, LabFile, source=source,
+                                   error=LabFileError).chambers[chamber_id]
+            _limits_and_safe(entry, f"{source}: {where}")
+        except LabFileError as exc:
+            refused[str(chamber_id)] = " ".join(str(exc).split())
+            continue
+        entries[chamber_id] = entry
+    if not entries:
+        first = next(iter(refused.values()))
+        more = f" (and {len(refused) - 1} more chamber(s) refused)" if len(refused) > 1 else ""
+        raise LabFileError(source, f"no chamber can be served: {first.removeprefix(source + ': ')}{more}")
+    return Lab(LabFile(chambers=entries, caps=shape.caps), source, refused)
 
 
 DEMO_LAB: dict[str, Any] = {"chambers": {

@@ -27,6 +27,9 @@ from protocols.remote_lab.worker import LEASE_TTL_S, ChamberWorker, WorkerRefuse
 log = logging.getLogger(__name__)
 DEFAULT_DATA = Path("lab-data")
 DEMO_USER = "demo"
+STARTUP_S = 60.0
+"""How long `lab serve`/`lab worker` wait for their boards to connect before saying they serve (a real board's
+reset and announcement take seconds; a board that does not answer is refused by its worker well within this)."""
 
 
 def database_url(db: str | None, data: Path | None) -> str:
@@ -76,18 +79,28 @@ class Workers:
     def _serve(self, worker: ChamberWorker) -> None:
         try:
             worker.serve(self.stop_event)
-        except WorkerRefused as exc:
-            self.errors[worker.chamber_id] = str(exc)
-            self.say(f"worker for {worker.chamber_id} refused: {exc}")
-        except Exception as exc:  # a board that never answered: the others go on
-            self.errors[worker.chamber_id] = f"{type(exc).__name__}: {exc}"
-            log.exception("worker for %s stopped", worker.chamber_id)
-            self.say(f"worker for {worker.chamber_id} stopped: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        except WorkerRefused as exc:  # its board did not answer, or another worker holds it: the others go on
+            self.errors[worker.chamber_id] = " ".join(str(exc).split())
+            self.say(f"not serving {worker.chamber_id}: {self.errors[worker.chamber_id]}")
+        except Exception as exc:  # a fault of ours: named in one line, the stack in the debug log
+            self.errors[worker.chamber_id] = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            log.debug("worker for %s stopped", worker.chamber_id, exc_info=True)
+            self.say(f"worker for {worker.chamber_id} stopped: {self.errors[worker.chamber_id]}")
+        finally:
+            worker.started.set()
 
     def start(self) -> "Workers":
         for thread in self.threads:
             thread.start()
         return self
+
+    def wait_started(self, timeout: float = STARTUP_S) -> dict[str, str]:
+        """Wait until every worker has connected its board and made it safe, or refused it (bounded); returns the
+        refused chambers with their one-line reasons."""
+        deadline = time.monotonic() + timeout
+        for worker in self.workers:
+            worker.started.wait(max(0.0, deadline - time.monotonic()))
+        return dict(self.errors)
 
     def stop(self, timeout: float = 60.0) -> int:
         """Stop every worker; say how each chamber was left. The exit code of that: 3 when a chamber's safe state
@@ -116,12 +129,30 @@ def _reaper(engine: Any, stop: threading.Event) -> None:
             log.debug("reaper round failed", exc_info=True)
 
 
-def _until_interrupted(stop: threading.Event) -> None:
+def _until_interrupted(stop: threading.Event, workers: "Workers | None" = None) -> None:
+    """Wait for a stop signal (KeyboardInterrupt: chamber.stop.signals_as_interrupt turns SIGTERM, SIGHUP and
+    SIGQUIT into one too) or `stop`; with `workers`, also end once none of them is left serving."""
     try:
         while not stop.wait(0.5):
-            pass
+            if workers is not None and workers.threads and all(not t.is_alive() for t in workers.threads):
+                return
     except KeyboardInterrupt:
         pass
+
+
+def _stop_workers(workers: "Workers", say: Callable[[str], None]) -> int:
+    """Stop every worker, each leaving its chamber safe; further stop signals wait meanwhile (a second Ctrl-C must
+    not cut short the step that makes the chambers safe). The exit code of how they were left."""
+    from chamber.stop import signals_deferred
+
+    with signals_deferred("the workers are leaving their chambers safe"):
+        say("stopping: workers finish their current row, leave their chambers safe and hand back their leases")
+        return workers.stop()
+
+
+def _refused_lines(lab: Lab, say: Callable[[str], None]) -> None:
+    for chamber_id, reason in lab.refused.items():
+        say(f"not serving {chamber_id}: {reason}")
 
 
 def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: str, listen_port: int,
@@ -134,6 +165,7 @@ def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: s
     from protocols.serve_job import check_port_free
 
     lab = _lab(config)
+    _refused_lines(lab, say)
     url = database_url(db, data)
     check_port_free(host, listen_port)
     engine = store.open_store(url)
@@ -150,17 +182,24 @@ def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: s
     workers = Workers(engine, lab, chamber_ids, say).start()
     reaper = threading.Thread(target=_reaper, args=(engine, stop), daemon=True, name="lab-reaper")
     reaper.start()
+    code: int | None = None
     try:
+        refused = {**lab.refused, **workers.wait_started()}
         with serve_in_thread(app, host=host, port=listen_port) as base:
             on_ready({"url": base, "endpoint": base + "/v0", "database": _shown_url(url), "lab": lab.source,
-                      "credentials_file": str(credentials) if credentials else None, "workers": chamber_ids,
+                      "credentials_file": str(credentials) if credentials else None,
+                      "workers": [c for c in chamber_ids if c not in refused], "refused": refused,
                       "chambers": {c: {"mode": e.mode, "board": e.board, "configs": list(e.configs)}
                                    for c, e in lab.spec.chambers.items()}})
-            _until_interrupted(stop)
+            try:
+                _until_interrupted(stop)
+            finally:  # the workers first, while the API still answers: a call in flight gets its answer
+                stop.set()
+                code = _stop_workers(workers, say)
     finally:
         stop.set()
-        say("stopping: workers finish their current row, leave their chambers safe and hand back their leases")
-        code = workers.stop()
+        if code is None:  # the API never started: the workers are stopped here
+            code = _stop_workers(workers, say)
         engine.dispose()
     return code
 
@@ -170,21 +209,21 @@ def run_workers(*, config: Path, db: str | None, data: Path | None, chamber: Seq
                 stop: threading.Event | None = None) -> int:
     """`lab worker`: serve these chambers of the lab file from this host until interrupted."""
     lab = load_lab(config)
+    refused = [c for c in chamber if c in lab.refused]
+    if refused:
+        raise ValueError(f"--chamber {refused[0]}: refused by the lab file: {lab.refused[refused[0]]}")
     url = database_url(db, data)
     engine = store.open_store(url)
     store.register_chambers(engine, lab.spec.chambers)
     workers = Workers(engine, lab, list(chamber), say).start()
     stop = stop or threading.Event()
-    on_ready({"database": _shown_url(url), "chambers": list(chamber), "host": socket.gethostname(),
-              "pid": os.getpid()})
     try:
-        while not stop.wait(0.5):
-            if all(not t.is_alive() for t in workers.threads):
-                break
-    except KeyboardInterrupt:
-        pass
+        failed = workers.wait_started()
+        on_ready({"database": _shown_url(url), "chambers": [c for c in chamber if c not in failed],
+                  "refused": failed, "host": socket.gethostname(), "pid": os.getpid()})
+        _until_interrupted(stop, workers)
     finally:
-        code = workers.stop()
+        code = _stop_workers(workers, say)
         engine.dispose()
     return code or (2 if workers.errors else 0)
 
@@ -220,12 +259,17 @@ def user_text(data: dict[str, Any]) -> str:
 
 def serve_text(data: dict[str, Any]) -> str:
     lines = [f"Remote Lab at {data['endpoint']}  (database {data['database']}; {data['lab']})"]
+    refused = data.get("refused") or {}
     for chamber_id, c in data["chambers"].items():
+        if chamber_id in refused:
+            continue
         served = "worker here" if chamber_id in data["workers"] else "worker elsewhere"
         lines.append(f"  {chamber_id:<14} {c['mode']:<9} {c['board']:<22} configs {', '.join(c['configs'])} ({served})")
     if data.get("credentials_file"):
         lines.append(f"demo account: {data['credentials_file']}  ->  causalchamber.lab.Lab(credentials_file="
                      f"'{data['credentials_file']}', endpoint='{data['endpoint']}')")
+    for chamber_id, reason in refused.items():
+        lines.append(f"  {chamber_id:<14} NOT SERVED: {reason}")
     lines.append("Ctrl-C stops (workers finish their row and leave the chambers safe)")
     return "\n".join(lines)
 

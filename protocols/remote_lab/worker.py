@@ -139,6 +139,8 @@ class ChamberWorker:
         # call) and its stop request
         self.unfinished: list[tuple[str, str | None]] = []  # ended experiments the database did not take yet
         self.final_safe: Any = None  # the safe state applied on the way out (chamber.safe_state.SafeOutcome)
+        self.started = threading.Event()  # set once the board is connected and made safe (or, by whoever runs
+        # serve(), once it has ended and its error is recorded)
 
     # --------------------------------------------------------------------------------------- lifecycle
     def take(self, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -175,9 +177,16 @@ class ChamberWorker:
             store.release_lease(self.engine, self.chamber_id, self.worker_id)
 
     def _connect(self, stack: contextlib.ExitStack, stop: threading.Event) -> None:
-        self.chamber = self._open(stack)
+        """Connect the board and make it safe; a board that cannot be opened refuses the chamber in one line (it is
+        not served: no worker loops on a board that is not there)."""
+        try:
+            self.chamber = self._open(stack)
+        except (ChamberError, BridgeError, OSError) as exc:
+            raise WorkerRefused(f"chamber {self.chamber_id}: the board at {self.lab.entry(self.chamber_id).board} "
+                                f"did not answer ({_first_line(exc)}); not served") from None
         outcome = apply_safe_state(self.chamber, self.safe)  # whatever the last holder left running
         self._say("READY" if outcome.confirmed else "ERROR", None if outcome.confirmed else outcome.text)
+        self.started.set()
 
     def _heartbeats(self, stop: threading.Event) -> None:
         while not stop.is_set() and not self.lost.is_set():
