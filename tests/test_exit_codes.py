@@ -81,7 +81,7 @@ def test_extract_on_an_unreadable_datasheet_exits_1_with_the_outcome(capsys, tmp
     pdf.write_bytes(b"%PDF-1.4 not really a PDF")
     r = run_cli(capsys, "extract", "dps310-operating-range", "--model", "scripted:reader", "--datasheet", str(pdf),
                 "--no-chamber", "--record", str(tmp_path / "records"), "--json")
-    assert (r.code, r.json()["outcome"]) == (1, "end_turn_without_submit"), r.err
+    assert (r.code, r.json()["outcome"]) == (1, "document_unreadable"), r.err  # the document, not the model
 
 
 # ----------------------------------------------------------------------------------------------- refusals
