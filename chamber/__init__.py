@@ -10,22 +10,25 @@ from pathlib import Path
 from typing import Any
 
 from chamber.driver import Chamber
-from chamber.errors import ChamberHalted, FirmwareError, FrameRejected, InvalidSetting, LinkLost, NoBoardAnswered
+from chamber.errors import (BoardUnresponsive, ChamberHalted, FirmwareError, FrameRejected, InvalidSetting, LinkLost,
+                            NoBoardAnswered)
 from chamber.frame import Frame
 from chamber.limits import OperatorLimits, load_limits
 from chamber.safe_state import SafeStateUnconfirmed
 
-__all__ = ["Chamber", "ChamberHalted", "FirmwareError", "Frame", "FrameRejected", "InvalidSetting", "LinkLost",
+__all__ = ["BoardUnresponsive", "Chamber", "ChamberHalted", "FirmwareError", "Frame", "FrameRejected", "InvalidSetting", "LinkLost",
            "NoBoardAnswered", "OperatorLimits", "SafeStateUnconfirmed", "load_limits", "open_chamber"]
 
 
 def open_chamber(port: str | None = None, *, backend: str = "serial", chamber: str = "wt", seed: int = 0,
                  params: dict | None = None, limits: OperatorLimits | dict | str | Path | None = None,
                  config: str = "standard", timing: Any = None,
-                 lab_credentials: tuple[str, str] | str | Path | None = None, **kwargs: Any) -> Chamber:
-    """A connected Chamber. backend "serial" needs `port`: any pyserial URL, or a Remote Lab chamber
-    `lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]` (then `lab_credentials`: (user, password) or the client's
-    .ini file); "sim" runs the firmware in-process."""
+                 lab_credentials: tuple[str, str] | str | Path | None = None, journal_dir: Path | None = None,
+                 **kwargs: Any) -> Chamber:
+    """A connected Chamber. backend "serial" needs `port`: any pyserial URL (`journal_dir`: the folder of the port's
+    link journal, firmware_bridge/link_journal.py, so that a board a killed process left mid-session is found at
+    once; None: no journal), or a Remote Lab chamber `lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]` (then
+    `lab_credentials`: (user, password) or the client's .ini file); "sim" runs the firmware in-process."""
     if backend == "serial" and port and str(port).startswith("lab+"):
         from chamber.remote_lab_backend import (CredentialsError, RemoteLabBackend, parse_remote_lab_url,
                                                 read_credentials)
@@ -43,7 +46,7 @@ def open_chamber(port: str | None = None, *, backend: str = "serial", chamber: s
         from chamber.serial_backend import SerialBackend
         from firmware_bridge.session import Timing
 
-        chosen = SerialBackend(port, timing=timing or Timing())
+        chosen = SerialBackend(port, timing=timing or Timing(), journal_dir=journal_dir)
     elif backend == "sim":
         from chamber.sim_backend import SimBackend
 

@@ -17,6 +17,7 @@ from firmware_bridge.errors import (  # noqa: F401  (re-exported)
     ProtocolError,
     SettleTimeout,
 )
+from firmware_bridge.recovery import BoardUnresponsive  # noqa: F401  (re-exported)
 
 
 class ChamberError(Exception):

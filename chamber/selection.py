@@ -10,6 +10,12 @@ Backends: `serial` (pyserial URLs: device paths, ptys, socket://; the kind is wh
 credentials file `lab_credentials`, else env CHAMBERLAB_LAB_CREDENTIALS),
 `sim` (the emulated firmware in this process) and `emulated` (emulated boards on ptys, reached through the real
 serial driver, as `make run` does; chamber/emulated.py starts them).
+
+A serial board that did not reset when its port was opened and that a previous process left mid-session is
+recovered while it is opened (firmware_bridge/recovery.py): `open_chambers` then says so in one line through its
+`warn` callback and applies the safe state at once. Every serial session keeps a link journal per port (the
+state folder: `state_dir`, else env CHAMBERLAB_STATE_DIR, else $XDG_STATE_HOME/chamberlab/links, else
+~/.local/state/chamberlab/links), so that the next process finds such a board at once.
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from chamber.driver import Chamber
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.limits import OperatorLimits, load_limits
-from chamber.safe_state import (LOCK_WAIT_S, SafeOutcome, SafeState, SafeStateUnconfirmed, check_safe_state,
-                                resolve_safe_state, safe_close)
+from chamber.safe_state import (LOCK_WAIT_S, SafeOutcome, SafeState, SafeStateUnconfirmed, apply_safe_state,
+                                check_safe_state, resolve_safe_state, safe_close, safe_state_of)
 from chamber.stop import signals_deferred
 from firmware_bridge.model_file import (SETTINGS_MAX_BYTES, ModelFileError, describe_validation, read_data_file,
                                        validate_model)
+from firmware_bridge.recovery import Recovery
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ class ChamberSelection(BaseModel):
     boot_timeout: float = 6.0
     one_chamber: bool = False
     lab_credentials: Path | None = None  # the Remote Lab's .ini file, for lab+http:// ports
+    state_dir: Path | None = None  # the serial ports' link journals (None: link_state_dir's default)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ChamberSelection":
@@ -176,6 +184,22 @@ def _limits(selection: ChamberSelection) -> OperatorLimits | None:
 
 
 LAB_CREDENTIALS_ENV = "CHAMBERLAB_LAB_CREDENTIALS"
+STATE_DIR_ENV = "CHAMBERLAB_STATE_DIR"
+
+
+def link_state_dir(selection: ChamberSelection, environ: Mapping[str, str]) -> Path | None:
+    """Where the serial ports' link journals live (firmware_bridge/link_journal.py): the selection's `state_dir`,
+    else env CHAMBERLAB_STATE_DIR, else $XDG_STATE_HOME/chamberlab/links, else $HOME/.local/state/chamberlab/links
+    (the XDG default); None (no journal) only when none of these is known."""
+    if selection.state_dir is not None:
+        return selection.state_dir
+    if environ.get(STATE_DIR_ENV):
+        return Path(environ[STATE_DIR_ENV])
+    if environ.get("XDG_STATE_HOME"):
+        return Path(environ["XDG_STATE_HOME"]) / "chamberlab" / "links"
+    if environ.get("HOME"):
+        return Path(environ["HOME"]) / ".local" / "state" / "chamberlab" / "links"
+    return None
 
 
 def lab_credentials_of(selection: ChamberSelection, environ: Mapping[str, str]) -> tuple[str, str] | None:
@@ -209,11 +233,17 @@ def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None,
     so an operator command reads its limits file once. Two boards announcing the same chamber are refused. On any
     failure the chambers already opened are left safe and closed before the error propagates.
     `on_connect(kind, chamber, where)` reports each one. `environ` (default os.environ) may name the Remote Lab
-    credentials file (lab_credentials_of)."""
+    credentials file (lab_credentials_of) and the link journals' folder (link_state_dir).
+
+    A serial board that a previous process left mid-session (it did not reset on connect) is recovered as it is
+    opened; `warn` then gets one line saying the chamber may have been left running, and the safe state is applied
+    at once (when `make_safe`; a command that changes nothing leaves it as the recovery's RST did: power-on)."""
     from chamber import open_chamber
     from firmware_bridge.session import Timing
 
-    credentials = lab_credentials_of(selection, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    credentials = lab_credentials_of(selection, environ)
+    state_dir = link_state_dir(selection, environ) if selection.backend == "serial" else None
     limits = _limits(selection)
     if resolve_safe:
         safe = resolve_safe_state(safe_file, limits)
@@ -231,9 +261,15 @@ def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None,
                 opened.chambers[kind] = open_chamber(backend="sim", chamber=kind, config=selection.config,
                                                      seed=selection.seed, params=params, limits=limits)
                 on_connect(kind, opened.chambers[kind], "in-process")
+        recovered: dict[str, Recovery] = {}
         for url in urls:
-            c = open_chamber(url, backend="serial", limits=limits, timing=Timing(boot_timeout=selection.boot_timeout),
-                             **({"lab_credentials": credentials} if url.startswith("lab+") else {}))
+            if url.startswith("lab+"):
+                c = open_chamber(url, backend="serial", limits=limits,
+                                 timing=Timing(boot_timeout=selection.boot_timeout), lab_credentials=credentials)
+            else:
+                c, recovery = _open_serial(url, selection.boot_timeout, limits, state_dir)
+                if recovery is not None:
+                    recovered[c.layout.chamber] = recovery
             kind = c.layout.chamber
             if kind in opened.chambers:
                 safe_close(c, safe)
@@ -248,7 +284,33 @@ def open_chambers(selection: ChamberSelection, *, safe: SafeState | None = None,
                 except InvalidSetting:  # a safe state that cannot be sent: nothing was set since the reset,
                     opened.make_safe = False  # so close as connected rather than fail to send it at the exit
                     raise
+        for kind, recovery in recovered.items():
+            opened.warn(_after_recovery(opened, kind, recovery))
     except BaseException:
         opened.close()
         raise
     return opened
+
+
+def _open_serial(url: str, boot_timeout: float, limits: OperatorLimits | None,
+                 state_dir: Path | None) -> tuple[Chamber, Recovery | None]:
+    """A connected Chamber on the serial board at `url`, with the port's link journal in `state_dir`; and what a
+    recovery found if the board had been left mid-session (SerialBackend.recovered)."""
+    from chamber import open_chamber
+    from firmware_bridge.session import Timing
+
+    chamber = open_chamber(url, backend="serial", limits=limits, timing=Timing(boot_timeout=boot_timeout),
+                           journal_dir=state_dir)
+    return chamber, chamber.backend.recovered
+
+
+def _after_recovery(opened: OpenChambers, kind: str, recovery: Recovery) -> str:
+    """The one line an operator gets about a board a previous process left mid-session. When the command leaves its
+    chambers safe, the safe state is applied now (not only at the exit: the command may run long) and the line says
+    whether the board's read-back confirms it; otherwise the recovery's RST left the power-on values."""
+    line = f"{kind}: {recovery.describe()}"
+    if not opened.make_safe:
+        return line + " (settings at their power-on values)"
+    chamber = opened.chambers[kind]
+    outcome = apply_safe_state(chamber, opened.safe or safe_state_of(chamber))
+    return line + ("; safe state applied (read back)" if outcome.confirmed else f"; {outcome.text}")

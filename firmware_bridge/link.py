@@ -37,6 +37,7 @@ from firmware_bridge.segments import (
     Arrival,
     Endpoint,
     LinkCounters,
+    encode_segment,
     seq_distance,
 )
 
@@ -124,6 +125,13 @@ class Link:
         self._can_select = _has_fileno(port)
         self._waiting_pays = True  # did the last wait for more bytes bring any? (a board with a small window: no)
         self._drains = 0
+        # Recovery of a board another host left mid-session (firmware_bridge/recovery.py): `adopting` takes the
+        # board's numbering from the first data segment out of ours; `ack_observer` hears every ACK that matches
+        # no segment of ours (the answers to probes); `on_numbered(seq, text)` is told each command's number
+        # before it is written (the link journal).
+        self.adopting = False
+        self.ack_observer: Callable[[int, int], None] | None = None
+        self.on_numbered: Callable[[int, str], None] | None = None
 
     # ------------------------------------------------------------------ session numbering
     def restart_numbering(self) -> None:
@@ -170,6 +178,8 @@ class Link:
         seq, segment = self.endpoint.data_segment(data)
         self._pending_packet = packet = encode_packet(segment)
         self._pending = seq
+        if self.on_numbered is not None:
+            self.on_numbered(seq, what or data.decode("ascii", "replace"))
         self._write(packet)
         self.counters.segments_sent += 1
         resends = 0
@@ -196,6 +206,20 @@ class Link:
     def now(self) -> float:
         """The link's clock (deadlines given to `deliver_pending` and Mk1Session.settle are on it)."""
         return self._clock()
+
+    def write_numbered(self, seq: int, data: bytes) -> None:
+        """Write one data segment numbered `seq` (not ours: the link's numbering is left alone) and return without
+        waiting for its ACK. For probing a board whose numbering is unknown (firmware_bridge/recovery.py); the
+        answers come to `ack_observer`."""
+        self._check_usable()
+        check_message_fits(data)
+        self._write(encode_packet(encode_segment(0, seq, self.endpoint.last_acknowledged, data)))
+        self.counters.segments_sent += 1
+
+    def unread(self, item: Delivery) -> None:
+        """Put a delivered message back at the head of the inbox (a reader that took it for someone else)."""
+        self.inbox.appendleft(item)
+        self.queued += item.count
 
     @property
     def unacknowledged(self) -> int | None:
@@ -385,8 +409,17 @@ class Link:
                 self._last_acked = segment.ack
             elif segment.ack == self._last_acked:  # the board acknowledged a resend it had already received
                 self.counters.needless_resends += 1
+            elif self.ack_observer is not None:
+                self.ack_observer(segment.ack, segment.seq)
         elif kind is Arrival.DUPLICATE:
             acks.append(segment.seq)
+        elif self.adopting:
+            # A board mid-session with another host: its segment is taken as the next one (its numbering adopted;
+            # a fresh announcement, numbered from the start, is adopted the same way) and acknowledged, so that the
+            # board moves on: send_data() checks only that an ACK names its segment (serial_comms.cpp).
+            endpoint.last_acknowledged = segment.seq
+            acks.append(segment.seq)
+            self._deliver(Delivery(segment.data, now))
         elif segment.seq == FIRST_SEQ and segment.data.startswith(b"CHAMBER_CONFIG"):
             self.reboot_seen = True
             if seq_distance(FIRST_SEQ, endpoint.last_acknowledged) > _REBOOT_CERTAIN_DISTANCE:

@@ -3,13 +3,18 @@
 Why separate from the link: the link knows segments, this module knows the order of messages (boot
 announcement first, OK,MSR before rows, OK,DONE after them) and turns replies into checked values. WAIT does not
 exist on the board; callers wait on the host.
+
+A board that does not reset when the port is opened (a serial server holding the port across clients, auto-reset
+disabled, no DTR) may still be inside the session of a host that was killed: `start` then recovers it
+(firmware_bridge/recovery.py) and says so in `BootInfo.recovered`. With a link journal (firmware_bridge/
+link_journal.py) every command's number is recorded before it is sent, so the next host finds that board at once.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -18,6 +23,7 @@ import serial
 from firmware_bridge.errors import (BoardRebooted, BridgeError, FrameRejected, LinkLost, NoBoardAnswered, ProtocolError,
                                     SettleTimeout)
 from firmware_bridge.link import RESEND_AFTER_S, Delivery, Link, ReplyTimeout
+from firmware_bridge.link_journal import JournalEntry, LinkJournal
 from firmware_bridge.messages import (
     CHAMBER_CONFIG,
     OK_DONE,
@@ -31,6 +37,7 @@ from firmware_bridge.messages import (
     parse_set_reply,
     parse_variables,
 )
+from firmware_bridge.recovery import BoardRecovery, BoardUnresponsive, Recovery
 from firmware_bridge.rows import RowBlock, RowChecker
 from firmware_bridge.segments import LinkCounters
 from firmware_bridge.motion import MotorPositions
@@ -43,10 +50,12 @@ BAUDRATE = 500_000
 
 @dataclass(frozen=True)
 class BootInfo:
-    """What the board announced after reset."""
+    """What the board announced after reset. `recovered`: set when the board had not reset on connect and a
+    previous host had left it mid-session (the chamber may have been running as it left it; see Recovery)."""
 
     config: str
     names: tuple[str, ...]
+    recovered: Recovery | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,9 @@ class Timing:
     resend_after: float | None = None  # first resend interval for our segments (then adapted to the ACK delays seen)
     max_resends: int = 10
     dtr_pulse: float = 0.05
+    probe_timeout: float | None = None  # recovering a board that did not reset: probing for its number (None: twice
+    # boot_timeout, the time the RST fallback had before recovery existed)
+    drain_timeout: float = 60.0  # ... and draining the command a previous host left it in (rows of a long MSR)
 
 
 @dataclass
@@ -127,11 +139,17 @@ class Mk1Session:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        journal: LinkJournal | None = None,
     ):
         self.timing = timing
         self.pace = UNKNOWN_PACE
         self.link = Link(port, counters=counters, clock=clock, wall_clock=wall_clock,
                          resend_after=timing.resend_after or UNKNOWN_PACE.resend_s, max_resends=timing.max_resends)
+        self.journal = journal
+        # What the previous session on this port recorded, read before this one writes anything.
+        self.journal_hint: JournalEntry | None = journal.last() if journal is not None else None
+        if journal is not None:
+            self.link.on_numbered = journal.record
         self._sleep = sleep
         self.boot: BootInfo | None = None
         self.checker: RowChecker | None = None
@@ -144,7 +162,9 @@ class Mk1Session:
     @classmethod
     def connect(cls, url: str, *, timing: Timing = Timing(), counters: LinkCounters | None = None,
                 port_factory: Callable[..., Any] = serial.serial_for_url, **kwargs: Any) -> "Mk1Session":
-        """Open, reset (DTR, else RST) and handshake. The returned session has `boot` set."""
+        """Open, reset (DTR, else recover the board: firmware_bridge/recovery.py) and handshake. The returned
+        session has `boot` set (`boot.recovered` when a previous host had left the board mid-session).
+        `journal`: the port's link journal (firmware_bridge/link_journal.py)."""
         port = open_port(url, port_factory=port_factory)
         session = cls(port, timing=timing, counters=counters, **kwargs)
         try:
@@ -156,36 +176,55 @@ class Mk1Session:
 
     # ------------------------------------------------------------------ boot
     def start(self, where: str = "") -> BootInfo:
-        """Reset the board by DTR where the port has modem lines, then await the announcement; RST as fallback.
-        NoBoardAnswered (naming `where`, the port) when nothing Mk1 arrived in all that time."""
+        """Reset the board by DTR where the port has modem lines, then await the announcement; without one, the
+        board did not reset (or is still booting): recover it (firmware_bridge/recovery.py: drain what it still
+        sends for a previous host, find the number it accepts, RST). NoBoardAnswered (naming `where`, the port)
+        when nothing Mk1 arrived in all that time and no journal says a board was here; BoardUnresponsive when a
+        board was heard (or journaled) but could not be brought back."""
         clock = self.link._clock
         began = clock()
         heard = self.counters.bytes_received, self.counters.segments_received
+        port = where or str(getattr(self.link.port, "port", "the port"))
         try:
-            return self._start()
-        except ReplyTimeout as exc:
-            if self.counters.segments_received != heard[1]:
-                raise  # a segment with a valid CRC arrived: a Mk1 board that answered and then stopped
+            boot = self._start(port)
+        except (ReplyTimeout, BoardUnresponsive) as exc:
+            heard_mk1 = self.counters.segments_received != heard[1]  # a segment with a valid CRC arrived
+            if isinstance(exc, BoardUnresponsive) and (heard_mk1 or self.journal_hint is not None):
+                raise  # a board answered, or the journal says a host left one here: say how to power-cycle it
+            if heard_mk1:  # a Mk1 board that answered and then stopped
+                raise BoardUnresponsive(port, f"it answered, then stopped: {exc.reason}", clock() - began) from exc
             foreign = self.counters.bytes_received - heard[0]
-            raise NoBoardAnswered(where or str(getattr(self.link.port, "port", "the port")), clock() - began,
-                                  foreign) from exc
+            raise NoBoardAnswered(port, clock() - began, foreign) from exc
+        return boot
 
-    def _start(self) -> BootInfo:
+    def _start(self, where: str) -> BootInfo:
         dtr_worked = self._pulse_dtr()
         try:
             self.link.port.reset_input_buffer()
         except (serial.SerialException, OSError) as exc:
             raise LinkLost(f"cannot flush the port: {exc}") from exc
-        try:
-            return self.await_boot(self.timing.boot_timeout)
-        except ReplyTimeout:
-            log.info("no announcement after %s; resetting with RST", "DTR" if dtr_worked else "opening the port")
-            self.link.broken = None
-            # Numbering is kept: part of the announcement may have arrived (CHAMBER_CONFIG without VARIABLES_LIST
-            # yet), and a board waiting for the ACK of its next announcement would never read our RST otherwise.
-            # The board may still be booting (its receiver is off until Serial.begin, then it announces itself
-            # and only then reads our RST): keep resending RST for twice the boot time it has already overrun.
-            return self.reset(patience=2 * self.timing.boot_timeout)
+        unexpected = self.counters.unexpected
+        boot = self._announcement(self.timing.boot_timeout, foreign_ends=True)
+        if boot is not None:
+            return boot
+        foreign = self.counters.unexpected != unexpected
+        log.info("no announcement after %s (%s); recovering the board", "DTR" if dtr_worked else "opening the port",
+                 "it sends segments of another session" if foreign else "silence")
+        self.link.broken = None
+        # Numbering is kept until the recovery adopts the board's: part of the announcement may have arrived
+        # (CHAMBER_CONFIG without VARIABLES_LIST yet). The board may also still be booting (its receiver is off until
+        # Serial.begin, then it announces itself): the recovery gives way to an announcement whenever one comes.
+        timing = self.timing
+        recovery = BoardRecovery(self.link, where=where, hint=self.journal_hint, foreign=foreign,
+                                 probe_timeout=timing.probe_timeout or 2 * timing.boot_timeout,
+                                 drain_timeout=timing.drain_timeout, reply_timeout=timing.reply_timeout,
+                                 resend_after=self.link.resend_after)
+        _, found = recovery.run()  # "reset" (the announcement follows the reboot) or "booting" (it is arriving)
+        boot = self.await_boot(timing.boot_timeout)
+        if found.mid_session:
+            log.info("%s: %s", where, found.describe())  # the caller tells the operator (BootInfo.recovered)
+            self.boot = boot = replace(boot, recovered=found)
+        return boot
 
     def _pulse_dtr(self) -> bool:
         port = self.link.port
@@ -200,10 +239,27 @@ class Mk1Session:
 
     def await_boot(self, timeout: float) -> BootInfo:
         """Wait for CHAMBER_CONFIG then VARIABLES_LIST; a fresh boot restarts the row counter at 0."""
+        boot = self._announcement(timeout)
+        assert boot is not None
+        return boot
+
+    def _announcement(self, timeout: float, *, foreign_ends: bool = False) -> BootInfo | None:
+        """await_boot's loop. `foreign_ends`: give up early (None) when a data segment of another session arrives
+        before any announcement (a board a previous host left inside a command), and at the timeout (None) too."""
         clock = self.link._clock
         deadline = clock() + timeout
         config: str | None = None
+        unexpected = self.counters.unexpected
         while True:
+            if foreign_ends:
+                if config is None and self.counters.unexpected != unexpected:
+                    return None
+                if not self.link.queued:
+                    remaining = deadline - clock()
+                    if remaining <= 0:
+                        return None
+                    self.link.pump(min(remaining, RESEND_AFTER_S))
+                    continue
             data, _ = self.link.next_message(max(deadline - clock(), 0.0))
             text = data.decode("ascii", errors="replace")
             if text.startswith(CHAMBER_CONFIG + ","):
@@ -216,6 +272,8 @@ class Mk1Session:
                 self.motors.reset()
                 self.pace = BOARD_PACE.get(chamber_of(names), UNKNOWN_PACE)
                 self.link.set_resend_floor(self.timing.resend_after or self.pace.resend_s)
+                if self.journal is not None:  # a fresh numbering: nothing of ours accepted yet
+                    self.journal.started()
                 return self.boot
             else:
                 log.debug("ignoring %r while awaiting the boot announcement", text[:80])

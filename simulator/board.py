@@ -3,6 +3,9 @@
 Why a real port: the host's serial driver must be tested on the bytes a real board would send, through the same
 pyserial code paths, not through mocks. Like the Mega, which resets when its USB port is opened, the board reboots
 and announces itself whenever a host opens the pty (POLLHUP on the master clears) or connects to the socket.
+With the `no_reset_on_connect` switch (BoardFaults) it does not: like a board behind ser2net, or a Mega with
+auto-reset disabled, it keeps its session across hosts and runs on while none is connected (what it sends then is
+lost, as on a line nobody reads), so a host that was killed leaves the next one a board mid-exchange.
 `running_board(...)` starts one in a background thread for tests; `bench_cli.py sim serve` runs one in front.
 """
 
@@ -271,11 +274,17 @@ class Mk1Board:
         self.counters = LinkCounters()
         self.connections = 0
         self._clock = clock
-        self._protocol: BoardProtocol | None = None
+        self._protocol: BoardProtocol | None = None  # the connection being served
+        self._session: BoardProtocol | None = None  # the board session (the same across hosts without reset)
 
     @property
     def url(self) -> str:
         return self.transport.url
+
+    @property
+    def host_bytes_lost(self) -> int:
+        """Host bytes the board never saw in its current session (receiver off, 64-byte receive ring full)."""
+        return self._session.bytes_lost if self._session is not None else 0
 
     @property
     def faults(self) -> BoardFaults:
@@ -288,20 +297,32 @@ class Mk1Board:
             self._protocol.faults = value
 
     def serve(self, stop: threading.Event) -> None:
-        """Serve hosts one after another until `stop` is set."""
+        """Serve hosts one after another until `stop` is set. Each new host resets the board (a fresh protocol, a
+        boot), unless the `no_reset_on_connect` switch is on: then the board's session carries over, and between
+        hosts it keeps running (resends, rows due, a reboot after RST) with its output lost."""
+        protocol: BoardProtocol | None = None
         while not stop.is_set():
-            if not self.transport.wait_for_host(0.05):
+            if protocol is not None and self._faults.no_reset_on_connect:
+                self._run_unheard(protocol)
+            if not self.transport.wait_for_host(0.02 if protocol is not None else 0.05):
                 continue
             self.connections += 1
-            protocol = BoardProtocol(self.firmware, faults=self._faults, pace=self.pace, window=self.window,
-                                     boot_delay=self.boot_delay, counters=self.counters)
-            self._protocol = protocol
-            protocol.connect(self._clock())
+            if protocol is None or not self._faults.no_reset_on_connect:
+                protocol = BoardProtocol(self.firmware, faults=self._faults, pace=self.pace, window=self.window,
+                                         boot_delay=self.boot_delay, counters=self.counters)
+                protocol.connect(self._clock())
+            self._protocol = self._session = protocol
             try:
                 self._serve_connection(protocol, stop)
             finally:
                 self._protocol = None
+                protocol.out.clear()  # bytes not yet written when the host left are lost on the line
         log.debug("board stopped")
+
+    def _run_unheard(self, protocol: BoardProtocol) -> None:
+        """No host: the board runs on (its timers fire, it resends what is unacknowledged) and nobody hears it."""
+        protocol.tick(self._clock())
+        protocol.out.clear()
 
     def _serve_connection(self, protocol: BoardProtocol, stop: threading.Event) -> None:
         transport = self.transport

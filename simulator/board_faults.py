@@ -29,6 +29,8 @@ class BoardFaults:
     short_row_at: int | None = None  # send row number k of an MSR 4 bytes short
     silent_boot: bool = False  # next connection: reboot without announcing (a board with auto-reset disabled)
     raw_burst_bytes: int = 0  # next connection: first write this many raw bytes (benchmark reference read)
+    no_reset_on_connect: bool = False  # a new host does not reset the board (ser2net holding the port, a Mega with
+    # auto-reset disabled): the session, its numbering and any exchange in progress carry over to the next host
 
 
 def every(k: int, count: int) -> bool:

@@ -3,6 +3,7 @@ generators."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -17,6 +18,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # inherit that too: the interrupt tests' Ctrl-C would then be lost. A handler (not an ignore) resets to the
     # default in an exec'd child, so the commands under test see Ctrl-C as a user's terminal sends it.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _link_journals_in_a_temp_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Serial sessions keep a link journal per port (firmware_bridge/link_journal.py), by default in the user's
+    ~/.local/state: the suite's go to a temporary folder instead (commands the tests start inherit it)."""
+    if not os.environ.get("CHAMBERLAB_STATE_DIR"):
+        os.environ["CHAMBERLAB_STATE_DIR"] = str(tmp_path_factory.mktemp("link-journals"))
 
 
 def shared_path(*parts: str) -> Path:

@@ -23,15 +23,15 @@ import pytest
 
 from chamber.errors import LinkLost, NoBoardAnswered
 from chamber.protocol_language import parse_protocol
-from chamber.safe_state import SafeStateUnconfirmed, apply_safe_state, resolve_safe_state
+from chamber.safe_state import DEFAULT_SAFE, SafeStateUnconfirmed, apply_safe_state, resolve_safe_state
 from chamber.protocol_runner import run_protocol
 from chamber.selection import ChamberSelection, OpenChambers, open_chambers
 from chamber.testing import InterruptingPort, ack_of_ours, nth_row, reply
 from firmware_harness import firmware_build, real_board, served_board  # noqa: F401  (fixture)
 from simulator.board import running_board
 
-WT_SAFE = {"load_in": 0.0, "load_out": 0.0}
-LT_SAFE = {"red": 0.0, "green": 0.0, "blue": 0.0}
+WT_SAFE = DEFAULT_SAFE["wt"]  # the resting state: fans off, hatch home, speaker off
+LT_SAFE = DEFAULT_SAFE["lt"]  # LEDs, sensor LEDs and camera off, polarizers home
 
 
 def interrupting(opened: OpenChambers, kind: str) -> InterruptingPort:
@@ -185,8 +185,8 @@ def test_the_exit_path_waits_for_another_threads_command_but_not_forever():
     release.set()
     worker.join(10)
     assert not busy.confirmed and chamber.state()["load_in"] == pytest.approx(0.8)
-    assert busy.text.startswith("safe state NOT confirmed on wt: load_in may still be 0.8, load_out unknown "
-                                "(ChamberBusy: expected the chamber to be free within 0.05 s")
+    assert busy.text.startswith("safe state NOT confirmed on wt: load_in may still be 0.8, load_out unknown, hatch "
+                                "unknown, pot_1 unknown (ChamberBusy: expected the chamber to be free within 0.05 s")
     opened.close()
     assert opened.outcomes[-1].confirmed and opened.outcomes[-1].readback["load_in"] == 0.0
 
@@ -279,9 +279,9 @@ def test_a_board_that_cannot_be_made_safe_raises_safe_state_unconfirmed_from_the
     assert isinstance(caught.value.__cause__, KeyboardInterrupt)
     [outcome] = caught.value.unconfirmed
     assert outcome is opened.unconfirmed[0] and not outcome.confirmed and outcome.readback == {}
-    assert outcome.left_running == {"load_in": pytest.approx(0.8), "load_out": None}
-    assert re.fullmatch(r"safe state NOT confirmed on wt: load_in may still be 0\.8, load_out unknown "
-                        r"\(LinkLost: link lost: .*\)", outcome.text), outcome.text
+    assert outcome.left_running == {"load_in": pytest.approx(0.8), "load_out": None, "hatch": None, "pot_1": None}
+    assert re.fullmatch(r"safe state NOT confirmed on wt: load_in may still be 0\.8, load_out unknown, hatch unknown, "
+                        r"pot_1 unknown \(LinkLost: link lost: .*\)", outcome.text), outcome.text
     assert "\n" not in outcome.text and str(caught.value) == outcome.text
     assert took < 10, f"making safe took {took:.1f} s"
 
@@ -294,7 +294,8 @@ def test_without_an_error_propagating_an_unconfirmed_safe_state_is_reported_not_
             pull_the_plug()
     [outcome] = opened.unconfirmed
     data = outcome.to_dict()
-    assert data["confirmed"] is False and data["left_running"] == {"load_in": pytest.approx(0.8), "load_out": None}
+    assert data["confirmed"] is False
+    assert data["left_running"] == {"load_in": pytest.approx(0.8), "load_out": None, "hatch": None, "pot_1": None}
     assert {"chamber", "applied", "error", "reset_first"} <= set(data)  # the keys commands already report
     assert warnings == [f"warning: {outcome.text}"]
 
