@@ -315,3 +315,18 @@ def fuzz_operations(app: Any, mode: Any, check_case: Any, examples: int) -> tupl
             continue
         checked.append(operation.label)
     return len(operations), checked
+
+
+def frozen_session(http: Any, claim_id: str = "dps310-operating-range") -> str:
+    """A chamber tools API session on `claim_id` with its extraction frozen (the chamber tools open), over `http`
+    (a TestClient or an httpx client); returns its id."""
+    r = http.post("/sessions", json={"claim_id": claim_id})
+    assert r.status_code == 201, r.text
+    sid = r.json()["session_id"]
+    assert http.post(f"/sessions/{sid}/extraction", json={"payload": {"low": 300}}).status_code == 200
+    return sid
+
+
+def tool_call(http: Any, sid: str, name: str, body: dict[str, Any] | None = None) -> Any:
+    """POST one chamber tool of session `sid` with a JSON body."""
+    return http.post(f"/sessions/{sid}/tools/{name}", json=body or {})

@@ -25,7 +25,7 @@ from protocols.api import create_app
 from protocols.api.lease import ChamberLeases
 from protocols.api.sessions import SessionStore
 from protocols.service_defaults import DEFAULT_SESSION_IDLE_S
-from support import ManualClock
+from support import ManualClock, frozen_session as _frozen, tool_call as _tool
 
 CLAIM = "dps310-operating-range"
 LOOPBACK = "http://127.0.0.1"
@@ -38,18 +38,6 @@ def wt() -> Iterator[chamber.Chamber]:
     c = chamber.open_chamber(backend="sim", chamber="wt", seed=5)
     yield c
     c.close()
-
-
-def _frozen(http: TestClient) -> str:
-    r = http.post("/sessions", json={"claim_id": CLAIM})
-    assert r.status_code == 201, r.text
-    sid = r.json()["session_id"]
-    assert http.post(f"/sessions/{sid}/extraction", json={"payload": {"low": 300}}).status_code == 200
-    return sid
-
-
-def _tool(http: TestClient, sid: str, name: str, body: dict | None = None):
-    return http.post(f"/sessions/{sid}/tools/{name}", json=body or {})
 
 
 def _staged(http: TestClient, settings: dict[str, float] = STAGED) -> str:

@@ -17,9 +17,8 @@ import chamber
 from chamber.limits import OperatorLimits
 from chamber.safe_state import SafeState
 from protocols.api import create_app
-from support import ChamberSpy, ManualClock
+from support import ChamberSpy, ManualClock, frozen_session as _frozen, tool_call as _tool
 
-CLAIM = "dps310-operating-range"
 LOOPBACK = "http://127.0.0.1"
 SAFE = SafeState({"wt": {"load_in": 0.0, "load_out": 0.0, "hatch": 0.0}}, "test: fans off, hatch closed")
 
@@ -29,18 +28,6 @@ def wt() -> Iterator[chamber.Chamber]:
     c = chamber.open_chamber(backend="sim", chamber="wt", seed=3)
     yield c
     c.close()
-
-
-def _frozen(http: TestClient) -> str:
-    r = http.post("/sessions", json={"claim_id": CLAIM})
-    assert r.status_code == 201, r.text
-    sid = r.json()["session_id"]
-    assert http.post(f"/sessions/{sid}/extraction", json={"payload": {"low": 300}}).status_code == 200
-    return sid
-
-
-def _tool(http: TestClient, sid: str, name: str, body: dict | None = None):
-    return http.post(f"/sessions/{sid}/tools/{name}", json=body or {})
 
 
 def _events(app, sid: str, kind: str) -> list[dict]:
