@@ -152,7 +152,7 @@ def test_rows_of_a_real_pace_board_are_published_one_by_one_as_the_link_delivers
         try:
             feed = LiveFeed()
             proxy = LiveChamber(board, "wt", feed)
-            seen: list[tuple[int, float]] = []  # (seq, when it reached the feed)
+            seen: list[tuple[int, bool]] = []  # (seq, whether the MSR had returned when it reached the feed)
             done = threading.Event()
 
             def watch() -> None:
@@ -160,7 +160,7 @@ def test_rows_of_a_real_pace_board_are_published_one_by_one_as_the_link_delivers
                 while not last:
                     last = done.is_set()  # one more read after the MSR returned
                     snap = feed.snapshot(since)
-                    seen.extend((r["seq"], time.time()) for r in snap["rows"])
+                    seen.extend((r["seq"], last) for r in snap["rows"])
                     since = snap["seq"]
                     time.sleep(0.005)
 
@@ -174,11 +174,11 @@ def test_rows_of_a_real_pace_board_are_published_one_by_one_as_the_link_delivers
         finally:
             board.close()
     assert [s for s, _ in seen] == list(range(1, 9)) and len(frame) == 8  # each row once, in order
-    assert seen[0][1] < ended - 0.5  # the first row was shown long before the MSR returned (~1.2 s at real pace)
+    assert seen[0][1] is False  # the first row was on the feed while the MSR was still running (an order, not a time)
     rows = feed.snapshot()["rows"]
-    assert [r["t"] for r in rows] == sorted(r["t"] for r in rows) and rows[0]["t"] >= started - 1
-    # The pace of the whole MSR, as before (~0.145 s a row; wide: a loaded host reads the last row late).
-    assert 0.08 < feed.row_seconds("wt") < 0.5
+    assert [r["t"] for r in rows] == sorted(r["t"] for r in rows) and started <= rows[0]["t"] <= rows[-1]["t"] <= ended
+    # The pace of the whole MSR: the span of its rows' host times over its row count
+    assert feed.row_seconds("wt") == pytest.approx((rows[-1]["t"] - rows[0]["t"]) / 7, rel=1e-6)
 
 
 def test_stream_sends_the_snapshot_then_only_new_rows(wt, tmp_path, claims):
@@ -212,9 +212,7 @@ def test_stopping_the_server_ends_an_open_stream(wt, tmp_path, claims):
         thread = threading.Thread(target=watch, daemon=True)
         thread.start()
         assert opened.wait(10)
-        started = time.monotonic()
-    assert ended.wait(10), "the stream kept the server from stopping"
-    assert time.monotonic() - started < 5
+    assert ended.wait(10), "the stream kept the server from stopping"  # a bound on the wait, not a measured time
     thread.join(5)
 
 

@@ -134,7 +134,8 @@ def test_a_call_that_really_hangs_still_times_out(tmp_path, claims):
             with pytest.raises(ChamberError, match="ReadTimeout"):
                 client.call_tool(sid, "measure", {"n": 7})
             took = time.monotonic() - started
-            assert BASE_TIMEOUT_S + PLAN_FACTOR * planned <= took < BASE_TIMEOUT_S + PLAN_FACTOR * planned + 5.0
+            assert took >= BASE_TIMEOUT_S + PLAN_FACTOR * planned  # it waited the plan out; that it gave up at all
+            # (ReadTimeout, not the chamber's answer 60 s later) is the behaviour: no upper bound on a busy machine
             hanging.release.set()
     finally:
         hanging.release.set()

@@ -98,11 +98,12 @@ def test_every_allowed_and_boundary_value_is_accepted_and_reported(kind, chamber
                 assert row[name] == pytest.approx(np.float32(values[-1]), abs=1e-6), name
             assert row["intervention"] == 1.0
             stats = driver.link_stats()
-            # Zero needless resends: the resend timer follows the board's ACK delays (WT ~150 ms). Tolerance: one
-            # timer expiry (one resend) over the ~60 exchanges, because on CI four test workers share two cores and
-            # this host process can sleep past the timer; alone it is 0 (seen in every run here). A timer that did
-            # not follow the board's delays would resend on most SETs.
-            assert stats["needless_resends"] == 0 and stats["resends"] <= 1, stats
+            # Zero needless resends: a resend the board had already acknowledged (its ACK arrived after our timer).
+            # The count of timer expiries is not asserted: on a busy machine this host process can sleep past the
+            # timer (issue 35: a resend then is no defect); the protocol facts are that no resend was needless and
+            # every value above arrived and was read back right. The timer's fit to the board's ACK delays is a
+            # figure for benchmarks/bench_bridge.py.
+            assert stats["needless_resends"] == 0, stats
         finally:
             driver.close()
 

@@ -158,13 +158,10 @@ def test_an_msr_too_long_to_drain_is_abandoned_by_resetting_the_board_and_the_sa
                 chamber = opened.chambers["wt"]
                 chamber.set("load_in", 0.8)
                 interrupting(opened, "wt").arm(nth_row(3, chamber.backend.session.checker.row_bytes))
-                began = time.monotonic()
                 chamber.measure(5000)  # ~12 min of rows at the wind tunnel's pace: not worth draining
-        took = time.monotonic() - began
     [outcome] = opened.outcomes
     assert outcome.confirmed and {n: outcome.readback[n] for n in WT_SAFE} == WT_SAFE, outcome.text
-    assert chamber.link_stats()["reconnects"] == 1  # the port was reopened: the board rebooted
-    assert took < 10, f"making safe took {took:.1f} s"
+    assert chamber.link_stats()["reconnects"] == 1  # the port was reopened: the board rebooted, the MSR abandoned
 
 
 def test_the_exit_path_waits_for_another_threads_command_but_not_forever():
@@ -215,14 +212,12 @@ def test_the_exit_path_takes_the_chamber_from_a_worker_still_measuring_on_the_re
         while session.in_flight is None and time.monotonic() < limit:  # the MSR is on the wire, rows streaming
             time.sleep(0.01)
         assert session.in_flight is not None and session.in_flight.command == "MSR"
-        began = time.monotonic()
         outcome = apply_safe_state(chamber, resolve_safe_state(), lock_wait=1.0)
-        took = time.monotonic() - began
         worker.join(15)
         opened.close()
     assert not worker.is_alive() and failure and "abandoned" in str(failure[0])
     assert outcome.confirmed and {n: outcome.readback[n] for n in WT_SAFE} == WT_SAFE, outcome.text
-    assert took < 12, f"making safe took {took:.1f} s (the worker's MSR alone would take ~29 s)"
+    assert chamber.link_stats()["reconnects"] == 1  # the worker's MSR was abandoned (the board reset), not awaited
 
 
 def test_a_worker_that_ends_its_command_without_reading_again_after_the_take_over_still_leaves_it_safe(
@@ -270,12 +265,10 @@ def unsafe_board(build: Path) -> Iterator[tuple[OpenChambers, Callable[[], None]
 
 def test_a_board_that_cannot_be_made_safe_raises_safe_state_unconfirmed_from_the_interrupt(firmware_build):
     with unsafe_board(firmware_build) as (opened, pull_the_plug):
-        began = time.monotonic()
         with pytest.raises(SafeStateUnconfirmed) as caught:
             with opened:
                 pull_the_plug()
                 raise KeyboardInterrupt("SIGINT")
-        took = time.monotonic() - began
     assert isinstance(caught.value.__cause__, KeyboardInterrupt)
     [outcome] = caught.value.unconfirmed
     assert outcome is opened.unconfirmed[0] and not outcome.confirmed and outcome.readback == {}
@@ -283,7 +276,6 @@ def test_a_board_that_cannot_be_made_safe_raises_safe_state_unconfirmed_from_the
     assert re.fullmatch(r"safe state NOT confirmed on wt: load_in may still be 0\.8, load_out unknown, hatch unknown, "
                         r"pot_1 unknown \(LinkLost: link lost: .*\)", outcome.text), outcome.text
     assert "\n" not in outcome.text and str(caught.value) == outcome.text
-    assert took < 10, f"making safe took {took:.1f} s"
 
 
 def test_without_an_error_propagating_an_unconfirmed_safe_state_is_reported_not_raised(firmware_build):
