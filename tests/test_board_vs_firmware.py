@@ -181,10 +181,10 @@ def test_real_pace_boot_takes_as_long_as_the_firmware_and_early_bytes_are_lost(r
 
     real, emulated = on_both(real_urls, chamber, scenario, pace="real")
     assert real[1:] == emulated[1:] == ("CHAMBER_CONFIG,standard", [])
-    # Within 0.3 s of the firmware's boot as measured on an idle machine, and never slower than the firmware in this
-    # run: load (parallel test workers) only slows the harness, whose every AVR cost is slept off in real time, so a
-    # two-sided comparison with this run's firmware would measure the neighbours.
-    assert REAL_BOOT_S[chamber] - 0.3 <= emulated[0] <= real[0] + 0.3, (real, emulated)
+    # Not sooner than the firmware boots on an idle machine (less 0.3 s): the host must wait that long. No upper
+    # bound here (issue 35: load on a busy machine only lengthens both); the two boots side by side are a figure of
+    # benchmarks/bench_bridge.py.
+    assert emulated[0] >= REAL_BOOT_S[chamber] - 0.3 and real[0] >= REAL_BOOT_S[chamber] - 0.3, (real, emulated)
 
 
 # ---------------------------------------------------------------------------------------------------- rows
@@ -301,4 +301,4 @@ def test_wt_idle_loop_acknowledges_a_command_only_after_its_measuring_pass(real_
 
     real, emulated = on_both(real_urls, "wt", scenario, pace="real")
     assert real[0] == emulated[0] == [["OK,SET,flag=1.00"]] * 3
-    assert 0.05 < real[1] < 0.3 and 0.05 < emulated[1] < 0.3, (real, emulated)
+    assert real[1] > 0.05 and emulated[1] > 0.05, (real, emulated)  # late: after a measuring pass (a lower bound only)
