@@ -1,4 +1,5 @@
-"""The simulator's commands: serve an emulated Mk1 board until stopped, and fit parameters to a recorded CSV.
+"""The simulator's commands: serve an emulated Mk1 board until stopped, fit parameters to a recorded CSV, and show
+the parameters of one unit (issue 34: `units_job`, rendered by `units_text`).
 
 Why here: both read a parameter file with the one settings reader (chamber.selection.read_params, YAML or JSON,
 checked against the simulator's model), drive simulator/ below and write their output whole (protocols.files);
@@ -85,4 +86,30 @@ def fit_text(d: dict[str, Any]) -> str:
                          f"[{', '.join(f'{g:.3f}' for g in c['t_gains'])}] ({c['reference']})")
         elif c:
             lines.append(f"{channel}: not fitted ({c['reason']})")
+    return "\n".join(lines)
+
+
+def units_job(kind: str, unit: int) -> dict[str, Any]:
+    """Unit `unit` of a `kind` chamber as the simulator serves it (`emulated:KIND?unit=N`): every drawn parameter
+    with today's unit's value, its distribution and its source (simulator/units.py UNIT_PARAMETERS)."""
+    from simulator.units import describe_unit
+
+    return {"kind": kind, "unit": unit, "url": f"emulated:{kind}" + (f"?unit={unit}" if unit else ""),
+            "today": unit == 0, "parameters": describe_unit(kind, unit)}
+
+
+def units_text(d: dict[str, Any]) -> str:
+    """The unit's parameters as a table, then each distinct source once, numbered."""
+    sources: list[str] = []
+    for row in d["parameters"]:
+        if row["source"] not in sources:
+            sources.append(row["source"])
+    head = f"{d['url']}: " + ("today's unit (serial 0)" if d["today"] else f"unit {d['unit']} of the {d['kind']} chamber")
+    width = max(len(r["parameter"]) for r in d["parameters"])
+    lines = [head, f"  {'parameter':<{width}}  {'value':>11}  {'today':>11}  {'unit':<10}  distribution  [source]"]
+    for row in d["parameters"]:
+        lines.append(f"  {row['parameter']:<{width}}  {row['value']:>11.5g}  {row['today']:>11.5g}  {row['unit']:<10}  "
+                     f"{row['distribution']}  [{sources.index(row['source']) + 1}]")
+    lines.append("sources:")
+    lines += [f"  [{i}] {text}" for i, text in enumerate(sources, start=1)]
     return "\n".join(lines)

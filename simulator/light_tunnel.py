@@ -23,7 +23,8 @@ of a count comes out right), then Gaussian read-out noise dark_sd, rounded to an
 0..65535, so 65535 means saturated exactly as on the chip.
 
 Light-source current: counts = (Q·RGB + C0)·5/v_c on the 10-bit ADC (causalchamber model), averaged over osr_c
-reads. Angle sensors: counts = (A·θ + a_k)·5/v_angle_k, capped at 1023. Polarizer angles θ are the angles the
+reads; a unit's ACS70331 sensitivity error scales the part above its 0.25 V zero-current output, and its offset
+voltage adds (both nil for today's unit). Angle sensors: counts = (A·θ + a_k)·5/v_angle_k, capped at 1023. Polarizer angles θ are the angles the
 A4988 steppers really reach (nearest 1/8 microstep through the 25:50 gear, 0.1125°).
 """
 
@@ -117,6 +118,15 @@ class LightTunnelModel(TunnelModel):
         source, leak = self.light_and_leak_codes()
         return source + leak + self.p.dark_mean_counts
 
+    def current_counts_at_5v(self, rgb: np.ndarray) -> float:
+        """The light-source current reading (counts at a 5 V reference): the authors' Q·RGB + C0, with this unit's
+        sensor sensitivity scaling what lies above the zero-current output and its offset voltage added (a gain
+        of 1 and 0 V add exactly nothing: today's unit)."""
+        p = self.p
+        counts = float(np.dot(p.current_q, rgb)) + p.current_c0
+        return (counts + (p.current_sensitivity_gain - 1.0) * (counts - p.current_zero_counts)
+                + p.current_offset_v / 5.0 * ADC_FULL_SCALE)
+
     def _adc(self, counts_at_5v: float, vref: float, osr: float, n: int) -> np.ndarray:
         """A 10-bit read given the count the model predicts for a 5 V reference, averaged over osr reads."""
         osr = max(1, int(osr))
@@ -144,7 +154,7 @@ class LightTunnelModel(TunnelModel):
         out[:, self._code_cols] = np.clip(np.round(codes), 0.0, CODE_MAX)
 
         rgb = np.array([s["red"], s["green"], s["blue"]])
-        out[:, col["current"]] = self._adc(float(np.dot(p.current_q, rgb)) + p.current_c0, s["v_c"], s["osr_c"], n)
+        out[:, col["current"]] = self._adc(self.current_counts_at_5v(rgb), s["v_c"], s["osr_c"], n)
         for k in (1, 2):
             counts = p.angle_counts_per_deg * self.polarizer_angle(k) + p.angle_zero_counts[k - 1]
             out[:, col[f"angle_{k}"]] = self._adc(counts, s[f"v_angle_{k}"], s[f"osr_angle_{k}"], n)

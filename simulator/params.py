@@ -17,6 +17,11 @@ Two parameter sets (issue 14):
 - `simulator/params_authors.json` (`authors_params()`) is the chamber authors' own models exactly — A1, A2, B1,
   C3, D1 and the light tunnel's `Deterministic`, with offsets 0 and no cross-effects — so the two can be
   compared side by side (benchmarks/bench_sim_figures.py prints both beside the real figures).
+
+Units (issue 34): these defaults are today's unit (serial 0). simulator/units.py draws another unit's values of the
+per-part fields (barometer offsets and noise, fan_speed_gain, the current sensors' gains and offsets, the pots'
+wiper errors, the light sensors' channel scales) from its one table; each such field enters the physics so that
+today's value adds exactly nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from firmware_bridge.model_file import load_model_file
 from firmware_bridge.variables import OSR_LEVELS
@@ -77,10 +82,21 @@ class WindTunnelParams(_Strict):
     )
     barometer_flow_noise_pa: dict[str, float] = Field(
         default_factory=lambda: {"upwind": 0.0, "downwind": 0.0, "ambient": 0.0, "intake": 2.15},
-        description="extra Gaussian noise (Pa RMS) at full flow, scaled by q² with q = the faster driven fan's "
-        "ω/ω_max (turbulence ∝ dynamic pressure). real: intake − mean(others) has std ~2.2 Pa at full exhaust in "
-        "validate_load_out_pressure_intake (issue 14) against 0.46 Pa from the osr-8 noise alone: √(2.2² − 0.46²) "
-        "= 2.15 Pa, all given to the intake unit (the figure constrains only the combination). authors: 0.",
+        description="extra Gaussian noise (Pa RMS) with the *exhaust* fan at full speed, scaled by q_out² with "
+        "q_out = its driven ω/ω_max (turbulence ∝ dynamic pressure). real: intake − mean(others) has std ~2.2 Pa at "
+        "full exhaust in validate_load_out_pressure_intake (issue 14) against 0.46 Pa from the osr-8 noise alone: "
+        "√(2.2² − 0.46²) = 2.15 Pa, all given to the intake unit (the figure constrains only the combination). "
+        "Until issue 34 q was the faster fan's, which put these 2.15 Pa on full-intake rows too (the hatch-move "
+        "figure read 2.13 Pa against the real 0.89 Pa; see barometer_flow_noise_in_pa). authors: 0.",
+    )
+    barometer_flow_noise_in_pa: dict[str, float] = Field(
+        default_factory=lambda: {"upwind": 0.0, "downwind": 0.0, "ambient": 0.0, "intake": 0.65},
+        description="extra Gaussian noise (Pa RMS) with the *intake* fan at full speed, scaled by q_in², added in "
+        "quadrature to barometer_flow_noise_pa's. real: pressure_intake has std 0.888 Pa over the 50 rows of "
+        "validate_hatch_pressures (full intake, idle exhaust, osr 8, hatch 0 ↔ 45°; tool output in "
+        "classifier_gold.annotator2.yaml). That protocol run on the simulator gives 0.66 Pa without this term (the "
+        "hatch's own ~1.1 Pa step of the intake mean over a 26/24 split, and the osr-8 noise); 0.65 Pa brings the "
+        "mean over seeds 0..7 to 0.889 Pa (calibration/real_figures.py hatch_move_intake_std gates it). authors: 0.",
     )
     temperature_drift_k_per_hour: float = Field(0.0, description="optional linear temperature drift; 0 = off")
     barometer_temperature_pa_per_k: float = Field(0.5, description="DPS310 temperature sensitivity")
@@ -89,6 +105,12 @@ class WindTunnelParams(_Strict):
     fan_rpm_max: float = Field(3000.0, description="authors: model A1 ω_max; also C3's ω_max")
     fan_inertia_kg_m2: float = Field(3.481e-5, description="authors: model A2 I (tutorial_ModelsAB.py)")
     fan_drag_k: float = Field(5.2687e-8, description="authors: model A2 K (tutorial_ModelsAB.py)")
+    fan_speed_gain: dict[str, float] = Field(
+        default_factory=lambda: {"in": 1.0, "out": 1.0},
+        description="each fan's steady speed relative to model A1's (ω∞ = max(L, L_min)·ω_max·gain), so a unit's "
+        "fast fan also pumps more (C3: S ∝ ω²). 1 for today's unit; a unit of issue 34 draws it from the NF-F12's "
+        "+/−10 % maximum speed (simulator/units.py)",
+    )
     fan_stall_rpm: float = Field(60.0, ge=0, description="below this an unpowered fan is taken as stopped (assumed)")
     fan_friction_torque_nm: float = Field(
         2e-4,
@@ -145,6 +167,15 @@ class WindTunnelParams(_Strict):
     )
     acs_zero_v: float = 0.25
     acs_sensitivity_v_per_a: float = 0.8
+    current_sensitivity_gain: dict[str, float] = Field(
+        default_factory=lambda: {"in": 1.0, "out": 1.0},
+        description="each fan current sensor's sensitivity relative to nominal (ACS70331 sensitivity error E_sens; "
+        "1 for today's unit, whose chain the authors' B1 fit already holds)",
+    )
+    current_offset_v: dict[str, float] = Field(
+        default_factory=lambda: {"in": 0.0, "out": 0.0},
+        description="each fan current sensor's offset voltage V_OE added to its output (V; 0 for today's unit)",
+    )
     vref_calibrated: dict[str, float] = Field(
         default_factory=lambda: {"1.1": 1.16, "2.56": 2.65, "5": 5.0},
         description="nominal ADC reference (V) → calibrated value (V)",
@@ -177,6 +208,17 @@ class WindTunnelParams(_Strict):
     mic_speaker_v: float = 0.5
     mic_noise_v: float = 0.02
     supply_v: float = 5.0
+    pot_zero_scale_lsb: dict[str, float] = Field(
+        default_factory=lambda: {"1": 0.0, "2": 0.0},
+        description="each MCP4151's zero-scale error VWZSE (LSb = supply/256): the wiper voltage at code 0. The "
+        "error falls linearly to pot_full_scale_lsb at code 255. 0 for today's unit (signal_k = pot_k/255 of the "
+        "supply)",
+    )
+    pot_full_scale_lsb: dict[str, float] = Field(
+        default_factory=lambda: {"1": 0.0, "2": 0.0},
+        description="each MCP4151's full-scale error VWFSE (LSb; ≤ 0: the wiper cannot rise above terminal A), "
+        "reached at code 255. 0 for today's unit",
+    )
     # pressure-control configuration (firmware PID)
     pid_gains: tuple[float, float, float] = (-0.5, -1e-3, -0.1)  # Kp, Ki, Kd
     # hatch stepper (A4988, 1/16 step, 3200 steps per revolution)
@@ -190,12 +232,12 @@ class WindTunnelParams(_Strict):
             raise ValueError(f"barometer_noise_pa needs oversampling {list(OSR_LEVELS)}, missing {missing}")
         return v
 
-    @field_validator("barometer_flow_noise_pa")
+    @field_validator("barometer_flow_noise_pa", "barometer_flow_noise_in_pa")
     @classmethod
-    def _known_units(cls, v: dict[str, float]) -> dict[str, float]:
+    def _known_units(cls, v: dict[str, float], info: ValidationInfo) -> dict[str, float]:
         unknown = sorted(set(v) - set(BAROMETERS))
         if unknown:
-            raise ValueError(f"barometer_flow_noise_pa keys must be among {list(BAROMETERS)}, got {unknown}")
+            raise ValueError(f"{info.field_name} keys must be among {list(BAROMETERS)}, got {unknown}")
         return v
 
     @field_validator("barometer_offsets_pa")
@@ -203,6 +245,22 @@ class WindTunnelParams(_Strict):
     def _all_units(cls, v: dict[str, float] | None) -> dict[str, float] | None:
         if v is not None and set(v) != set(BAROMETERS):
             raise ValueError(f"barometer_offsets_pa needs exactly {list(BAROMETERS)}, got {sorted(v)}")
+        return v
+
+    @field_validator("fan_speed_gain", "current_sensitivity_gain", "current_offset_v")
+    @classmethod
+    def _both_fans(cls, v: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        if set(v) != {"in", "out"}:
+            raise ValueError(f"{info.field_name} needs exactly the fans ['in', 'out'], got {sorted(v)}")
+        if info.field_name != "current_offset_v" and not all(g > 0 for g in v.values()):
+            raise ValueError(f"{info.field_name} needs gains > 0, got {v}")
+        return v
+
+    @field_validator("pot_zero_scale_lsb", "pot_full_scale_lsb")
+    @classmethod
+    def _both_pots(cls, v: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        if set(v) != {"1", "2"}:
+            raise ValueError(f"{info.field_name} needs exactly the potentiometers ['1', '2'], got {sorted(v)}")
         return v
 
 
@@ -274,6 +332,17 @@ class LightTunnelParams(_Strict):
     )
     current_q: tuple[float, float, float] = (0.12834946, 0.12870338, 0.13078523)
     current_c0: float = 58.133
+    current_zero_counts: float = Field(
+        0.25 / 5.0 * 1023.0,
+        description="the ACS70331's zero-current output (0.25 V) in counts at a 5 V reference: the part of "
+        "current_c0 a sensitivity error does not scale",
+    )
+    current_sensitivity_gain: float = Field(
+        1.0, gt=0, description="the light-source current sensor's sensitivity relative to the authors' fit "
+        "(ACS70331 E_sens; 1 for today's unit): counts above current_zero_counts scale by it",
+    )
+    current_offset_v: float = Field(0.0, description="the light-source current sensor's offset voltage V_OE (V; 0 for "
+                                    "today's unit)")
     angle_counts_per_deg: float = 1.42261211
     angle_zero_counts: tuple[float, float] = (506.805, 510.983)
     adc_noise_counts: float = Field(0.5, ge=0)

@@ -29,15 +29,20 @@ Modelling choices, stated so they can be checked:
   fan turns); intake = ambient − `intake_suction_fraction`·S_r(ω_in) + `intake_exhaust_fraction`·S_r(ω_out)
   (no public model; the exhaust term is fitted to the real exhaust step). With both fans stopped all four read
   the ambient pressure plus their offset and noise.
-- Barometers: reading = true pressure + unit offset + N(0, σ(osr)² + (σ_flow,unit·q²)²) +
-  `barometer_temperature_pa_per_k`·ΔT(t), q = the faster driven fan's ω/ω_max (turbulence ∝ dynamic pressure),
-  ΔT drifting linearly at `temperature_drift_k_per_hour` (0 = off; the firmware compensates with a temperature
-  read once at start-up, so a drift shows as a pressure error).
+- Barometers: reading = true pressure + unit offset + N(0, σ(osr)² + (σ_in,unit·q_in²)² + (σ_out,unit·q_out²)²)
+  + `barometer_temperature_pa_per_k`·ΔT(t), q_fan = that fan's driven ω/ω_max (turbulence ∝ dynamic pressure;
+  each fan's own σ because the real intake unit is noisy at full exhaust, 2.2 Pa, and quiet at full intake, 0.89 Pa
+  with the hatch moving), ΔT drifting linearly at `temperature_drift_k_per_hour` (0 = off; the firmware
+  compensates with a temperature read once at start-up, so a drift shows as a pressure error).
 - Fan current: B1 in amperes (minus the windmill term, plus `current_noise_a` row noise), through
   `current_chain` (see params) into a 10-bit ADC read against the *calibrated* reference, averaged over
   `osr_in`/`osr_out` reads.
 - Microphone (assumed, no public model): bias + fan hum ∝ mean (ω/ω_max)² + speaker white noise scaled by
-  pot_1 (and pot_2 as amplification), read on the ADC. signal_k = pot_k/255 of the supply, read on the ADC.
+  pot_1 (and pot_2 as amplification), read on the ADC. signal_k = pot_k/255 of the supply plus the unit's wiper
+  error (zero-scale error at code 0 falling linearly to the full-scale error at 255), read on the ADC.
+- Units (issue 34): a unit's parameters differ from today's only in the fields simulator/units.py draws (barometer
+  offsets and noise, `fan_speed_gain`, the current sensors' `current_sensitivity_gain`/`current_offset_v`, the
+  pots' `pot_zero_scale_lsb`/`pot_full_scale_lsb`); each enters so that today's values add exactly nothing.
 - Ambient pressure: simulator/noise.py SmoothWalk around `ambient_mean_pa`.
 - Hatch: the A4988 stepper reaches the nearest 1/16 microstep (0.1125°).
 - pressure-control configuration: the firmware's PID (error = downwind − input; output in −1..1; positive
@@ -154,11 +159,13 @@ class WindTunnelModel(TunnelModel):
         return self._sample_standard(n)
 
     # ------------------------------------------------------------------------------------------ physics
-    def steady_rpm(self, load: float) -> float:
-        """Model A1: ω∞ = max(L, L_min)·ω_max, 0 when L = 0."""
+    def steady_rpm(self, load: float, fan: str | None = None) -> float:
+        """Model A1: ω∞ = max(L, L_min)·ω_max, 0 when L = 0; times `fan`'s unit speed gain when a fan is named
+        (fan_speed_gain, issue 34: 1 for today's unit)."""
         if load <= 0.0:
             return 0.0
-        return max(load, self.p.fan_l_min) * self.p.fan_rpm_max
+        speed = max(load, self.p.fan_l_min) * self.p.fan_rpm_max
+        return speed * self.p.fan_speed_gain[fan] if fan is not None else speed
 
     def fan_current_a(self, load: float) -> float:
         """Model B1: C = C_min + max(L, L_min)³·(C_max − C_min); C_min when L = 0."""
@@ -186,7 +193,7 @@ class WindTunnelModel(TunnelModel):
         p = self.p
         b = p.fan_drag_k / p.fan_inertia_kg_m2
         w0 = self._omega[fan]
-        w_ss = self.steady_rpm(load) * RAD_PER_RPM
+        w_ss = self.steady_rpm(load, fan) * RAD_PER_RPM
         if w_ss <= 0.0:
             w = self._coast_down(w0, times)
         elif abs(w0 - w_ss) < 1e-12 * w_ss:
@@ -249,10 +256,21 @@ class WindTunnelModel(TunnelModel):
             self._last_rpm[fan] = float(out[-1])
         return out
 
-    def _current_volts(self, amps: np.ndarray | float) -> np.ndarray | float:
-        if self.p.current_chain == "authors":
-            return 2.0 * amps  # inverse of A = counts/1023·V_ref·2.5/5
-        return self.p.acs_zero_v + self.p.acs_sensitivity_v_per_a * amps
+    def _current_volts(self, amps: np.ndarray | float, fan: str) -> np.ndarray | float:
+        """The current sensor's output for `amps`, with this unit's sensitivity error and offset voltage (issue 34;
+        a gain of 1 and 0 V add exactly nothing, so today's unit reads as before)."""
+        p = self.p
+        signal = 2.0 * amps if p.current_chain == "authors" else p.acs_sensitivity_v_per_a * amps
+        base = signal if p.current_chain == "authors" else p.acs_zero_v + signal  # authors: inverse of A = counts/1023·V_ref·2.5/5
+        return base + (p.current_sensitivity_gain[fan] - 1.0) * signal + p.current_offset_v[fan]
+
+    def wiper_volts(self, k: str, code: float) -> float:
+        """pot_k's wiper voltage at `code`: code/255 of the supply, plus this unit's zero-scale error at code 0
+        falling linearly to its full-scale error at code 255 (MCP4151 VWZSE, VWFSE, in LSb = supply/256)."""
+        p = self.p
+        frac = code / 255.0
+        error_lsb = p.pot_zero_scale_lsb[k] * (1.0 - frac) + p.pot_full_scale_lsb[k] * frac
+        return p.supply_v * code / 255.0 + p.supply_v * error_lsb / 256.0
 
     def _sample_standard(self, n: int) -> np.ndarray:
         p = self.p
@@ -282,7 +300,7 @@ class WindTunnelModel(TunnelModel):
                 + rng.standard_normal(n) * p.current_noise_a
             )
             out[:, col[f"current_{fan}"]] = adc_counts(
-                self._current_volts(amps), self.vref_calibrated(s[f"v_{fan}"]), s[f"osr_{fan}"], p.adc_noise_counts, n, rng
+                self._current_volts(amps, fan), self.vref_calibrated(s[f"v_{fan}"]), s[f"osr_{fan}"], p.adc_noise_counts, n, rng
             )
 
         ambient = p.ambient_mean_pa + self._walk.advance(n, rng)
@@ -296,10 +314,12 @@ class WindTunnelModel(TunnelModel):
             "ambient": ambient,
             "intake": ambient - p.intake_suction_fraction * s_in + p.intake_exhaust_fraction * s_out,
         }
-        flow = np.clip(np.maximum(driven["in"], driven["out"]) / p.fan_rpm_max, 0.0, 1.0) ** 2
+        flow_in, flow_out = (np.clip(driven[fan] / p.fan_rpm_max, 0.0, 1.0) ** 2 for fan in ("in", "out"))
         drift = p.barometer_temperature_pa_per_k * p.temperature_drift_k_per_hour * t_now / 3600.0
         for i, unit in enumerate(BAROMETERS):
-            sigma = np.hypot(self._noise_sd(unit, s[f"osr_{unit}"]), p.barometer_flow_noise_pa.get(unit, 0.0) * flow)
+            turbulence = np.hypot(p.barometer_flow_noise_in_pa.get(unit, 0.0) * flow_in,
+                                  p.barometer_flow_noise_pa.get(unit, 0.0) * flow_out)
+            sigma = np.hypot(self._noise_sd(unit, s[f"osr_{unit}"]), turbulence)
             out[:, col[f"pressure_{unit}"]] = true[unit] + self.offsets[i] + drift + rng.standard_normal(n) * sigma
 
         w_in, w_out = driven["in"], driven["out"]
@@ -308,7 +328,7 @@ class WindTunnelModel(TunnelModel):
         mic_v = p.mic_bias_v + hum + speaker * np.abs(rng.standard_normal(n)) + p.mic_noise_v * rng.standard_normal(n)
         out[:, col["mic"]] = adc_counts(mic_v, self.vref_calibrated(s["v_mic"]), s["osr_mic"], p.adc_noise_counts, n, rng)
         for k in ("1", "2"):
-            volts = p.supply_v * s[f"pot_{k}"] / 255.0
+            volts = self.wiper_volts(k, s[f"pot_{k}"])
             out[:, col[f"signal_{k}"]] = adc_counts(
                 volts, self.vref_calibrated(s[f"v_{k}"]), s[f"osr_{k}"], p.adc_noise_counts, n, rng
             )
