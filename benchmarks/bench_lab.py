@@ -16,11 +16,17 @@ Why a benchmark: the lab is worth running only if the chambers, not the queue, s
    the authors' client (`Lab.get_queue(..., verbose=False)`, a new connection per call) and with a keep-alive
    requests session; the reference is the same call on a chamber with an empty queue.
 
-The experiment: `MSR,5,0`, `WAIT,1000`, `MSR,5,0` (10 rows and a 1 s wait; first and last instruction measure,
+The experiment: `SET,load_in,0.5`, `MSR,5,0`, `WAIT,1000`, `MSR,5,0` (10 rows and a 1 s wait; the MSRs measure,
 so rows' timestamps bound the chamber's work) on emulated wind tunnels at the real board's pace
 (`emulated:wt?pace=real`). Processes: `lab serve --no-workers` (the API alone) and two `lab worker` processes with
 the measured chambers split between them; all are started here and stopped with SIGINT, in a temp dir.
-Usage: python benchmarks/bench_lab.py [--chambers 4] [--experiments 8] [--queued 1000] [--quick] [--json]
+4. A lab a group shares (issue 32; benchmarks/lab_group_figures.py): a long real-time call does not stall other
+   users; a burst of wrong logins neither takes the server's memory nor stalls others, and an unknown name costs
+   what a known one does; an idle lab costs next to nothing (PostgreSQL transactions/s, CPU per process); submit ->
+   claimed on an idle chamber. The preparation share of the experiment's chamber time (figure 2: reset + safe
+   state before issue 32, now a restore of the standard settings read back) is printed beside its 20 % goal.
+Usage: python benchmarks/bench_lab.py [--chambers 4] [--experiments 8] [--queued 1000] [--quick] [--no-group]
+       [--json]
 """
 
 from __future__ import annotations
@@ -47,13 +53,14 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_SCALING = 0.9
-PROTOCOL = ["MSR,5,0", "WAIT,1000", "MSR,5,0"]
+GOAL_PREPARATION = 0.20
+PROTOCOL = ["SET,load_in,0.5", "MSR,5,0", "WAIT,1000", "MSR,5,0"]
 BOARD = "emulated:wt?pace=real"
 PARKED = "wt-parked"
 USER, PASSWORD = "bench", "bench-password-123"
 FINAL = ("DONE", "FAILED", "CANCELED")
 PARTS = {"claim": "submit -> claimed by the worker (started_on)",
-         "prepare": "claimed -> first row (reset, safe state, 1 row)",
+         "prepare": "claimed -> first row (preparation, the SET, 1 row)",
          "first_row": "submit -> first row measured",
          "chamber": "chamber time: first row -> last row",
          "store": "last row -> finished_on (zip stored)",
@@ -165,6 +172,7 @@ class Client:
 
     def submit(self, chamber_id: str) -> str:
         protocol = self.lab.new_experiment(chamber_id, "standard")
+        protocol.set("load_in", 0.5)
         protocol.measure(5, 0)
         protocol.wait(1000)
         protocol.measure(5, 0)
@@ -205,19 +213,24 @@ def rate(client: Client, chambers: list[str], per_chamber: int, cycle_s: float) 
     return {"experiments": len(ids), "window_s": window, "per_min": len(ids) / window * 60.0}
 
 
-def row_times(zip_bytes: bytes) -> tuple[float, float, int]:
-    """(first row's timestamp, last row's timestamp, rows) of an experiment's zip."""
+def row_times(zip_bytes: bytes) -> tuple[float, float, int, dict[str, Any]]:
+    """(first row's timestamp, last row's timestamp, rows, how the worker prepared the chamber) of an experiment's
+    zip (the preparation is in its metadata.yaml)."""
+    import yaml
+
     with zipfile.ZipFile(io.BytesIO(zip_bytes)) as z:
         name = next(n for n in z.namelist() if n.endswith(".csv"))
         rows = list(csv.DictReader(io.StringIO(z.read(name).decode())))
+        meta = yaml.safe_load(z.read(next(n for n in z.namelist() if n.endswith("metadata.yaml"))))
     stamps = [float(r["timestamp"]) for r in rows]
-    return stamps[0], stamps[-1], len(rows)
+    return stamps[0], stamps[-1], len(rows), meta.get("preparation") or {}
 
 
 def overhead(client: Client, chambers: list[str], count: int, poll_s: float = 0.02) -> dict[str, Any]:
     """One experiment at a time on each idle chamber (a thread per chamber, `count` in all): where the time
     between submit and DONE goes, and how long the chamber takes to be READY again after DONE."""
     parts: dict[str, list[float]] = {k: [] for k in PARTS}
+    prepared: dict[str, list[float]] = {}
     errors: list[str] = []
     lock = threading.Lock()
 
@@ -242,10 +255,11 @@ def overhead(client: Client, chambers: list[str], count: int, poll_s: float = 0.
                 t_ready = time.time()
                 if row["status"] != "DONE":
                     raise RuntimeError(f"experiment {experiment_id} ended {row['status']}: {row['reason']}")
-                first, last, rows = row_times(http.get(row["download_url"], timeout=30).content)
+                first, last, rows, how = row_times(http.get(row["download_url"], timeout=30).content)
                 if rows != 10:
                     raise RuntimeError(f"experiment {experiment_id}: expected 10 rows, got {rows}")
                 with lock:
+                    prepared.setdefault(how.get("how", "?"), []).append(float(how.get("seconds", "nan")))
                     for key, value in (("claim", row["started_on"] - row["submitted_on"]),
                                        ("prepare", first - row["started_on"]),
                                        ("first_row", first - row["submitted_on"]), ("chamber", last - first),
@@ -265,7 +279,11 @@ def overhead(client: Client, chambers: list[str], count: int, poll_s: float = 0.
         t.join()
     if errors:
         raise RuntimeError(f"overhead run failed: {errors[0]}")
-    return {k: {"p50_ms": statistics.median(v) * 1e3, "p99_ms": percentile(v, 99) * 1e3} for k, v in parts.items()}
+    out: dict[str, Any] = {k: {"p50_ms": statistics.median(v) * 1e3, "p99_ms": percentile(v, 99) * 1e3}
+                           for k, v in parts.items()}
+    out["preparations"] = {how: {"n": len(v), "p50_ms": statistics.median(v) * 1e3, "p99_ms": percentile(v, 99) * 1e3}
+                           for how, v in prepared.items()}
+    return out
 
 
 def split(count: int, parts: int) -> list[int]:
@@ -341,9 +359,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "overhead_experiments": args.overhead, "queued": args.queued, "calls": args.calls,
                               "protocol": PROTOCOL, "board": BOARD, "goal_scaling": GOAL_SCALING,
                               "database": "sqlite (one file, WAL)", "worker_poll_s": None}
-    from protocols.remote_lab.worker import POLL_S
+    from protocols.remote_lab.wakeups import SHARED_FILE_POLL_S
 
-    result["worker_poll_s"] = POLL_S
+    result["worker_poll_s"] = SHARED_FILE_POLL_S  # `lab worker` processes on one SQLite file: no wake-up channel
     load_at_start = os.getloadavg()[0]
     seconds: dict[str, float] = {}
     mark = [time.monotonic()]
@@ -375,6 +393,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["empty_queue"].update(query_ms(lab.data / "lab.sqlite", chambers[0], args.calls))
         lap("queue")
     lap("stop")
+    if args.group:
+        import lab_group_figures as group
+
+        result["group"] = {"stall": group.stall(args.calls), "logins": group.logins()}
+        lap("stall+logins")
+        result["group"]["idle"] = group.idle(window_s=10.0 if args.quick else 30.0, submits=10 if args.quick else 30)
+        lap("idle")
+    o = result["overhead"]
+    result["preparation_how"] = "restore" if "restore" in o["preparations"] else "reset"
+    result["preparation_ms"] = o["preparations"][result["preparation_how"]]["p50_ms"]
+    result["preparation_share"] = result["preparation_ms"] / o["chamber"]["p50_ms"]
     result["seconds"] = seconds
     result["goal_met"] = result["scaling"] >= GOAL_SCALING
     result["load_average"] = [load_at_start, os.getloadavg()[0]]
@@ -385,7 +414,7 @@ def show(r: dict[str, Any]) -> None:
     n = r["chambers"]
     print(f"Remote Lab on {r['database']}: `lab serve` + 2 `lab worker` processes ({r['workers']}); "
           f"boards {r['board']}")
-    print(f"experiment: {', '.join(r['protocol'])} (10 rows + 1 s wait); "
+    print(f"experiment: {', '.join(r['protocol'])} (a fan set, 10 rows + 1 s wait); "
           f"{os.cpu_count()} CPUs, load average {r['load_average'][0]:.1f} at start, {r['load_average'][1]:.1f} at end")
     print(f"\n1. throughput, {r['experiments_per_chamber']} experiments per chamber queued at once "
           f"(goal: {n} chambers >= {GOAL_SCALING:g} x {n} x 1 chamber)")
@@ -398,10 +427,13 @@ def show(r: dict[str, Any]) -> None:
     print(f"{'':>9} scaling {r['scaling']:.2f} of linear: {'goal met' if r['goal_met'] else 'goal NOT met'}")
     o = r["overhead"]
     print(f"\n2. one experiment at a time per idle chamber (all {n} at once), {r['overhead_experiments']} experiments "
-          f"(an idle worker polls the queue every {r['worker_poll_s'] * 1e3:g} ms)")
+          f"(`lab worker` processes beside the API on one SQLite file poll it every {r['worker_poll_s'] * 1e3:g} ms)")
     print(f"{'interval':<50} {'p50 ms':>8} {'p99 ms':>8}")
     for key, label in PARTS.items():
         print(f"{label:<50} {o[key]['p50_ms']:>8.1f} {o[key]['p99_ms']:>8.1f}")
+    for how, p in o["preparations"].items():
+        label = f"preparation by {how} (the worker's own, {p['n']} experiments)"
+        print(f"{label:<50} {p['p50_ms']:>8.1f} {p['p99_ms']:>8.1f}")
     print(f"\n3. GET /v0/queues/{{chamber}}, {r['calls']} calls each")
     print(f"{'queue':<22} {'client p50':>10} {'client p99':>10} {'keep-alive p50':>14} {'keep-alive p99':>14} "
           f"{'query p50':>9} {'query p99':>9}")
@@ -411,6 +443,15 @@ def show(r: dict[str, Any]) -> None:
               f"{q['session_p99_ms']:>14.1f} {q['query_p50_ms']:>9.1f} {q['query_p99_ms']:>9.1f}")
     print("(client: Lab.get_queue(verbose=False), a new connection per call; keep-alive: a requests session; "
           "query: store.queue_of alone, in this process)")
+    share = r["preparation_share"]
+    print(f"preparation before an experiment (by {r['preparation_how']}; p50; the first on each chamber resets): "
+          f"{r['preparation_ms']:.0f} ms = {share * 100:.0f} % of the experiment's chamber time "
+          f"(goal <= {GOAL_PREPARATION * 100:g} %: "
+          f"{'met' if share <= GOAL_PREPARATION else 'NOT met'}; before issue 32: 2.4 s before a 2.5 s experiment)")
+    if "group" in r:
+        import lab_group_figures as group
+
+        group.show(r["group"])
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["seconds"].items()))
 
 
@@ -421,7 +462,8 @@ def main() -> int:
     ap.add_argument("--overhead", type=int, default=None, help="experiments for the overhead figures (30)")
     ap.add_argument("--queued", type=int, default=None, help="queued experiments for the queue call (1000)")
     ap.add_argument("--calls", type=int, default=None, help="queue calls timed per way (100)")
-    ap.add_argument("--quick", action="store_true", help="small numbers for a smoke run (under a minute)")
+    ap.add_argument("--quick", action="store_true", help="small numbers for a smoke run (about two minutes)")
+    ap.add_argument("--no-group", dest="group", action="store_false", help="skip the figures of issue 32")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     defaults = {"experiments": 2, "overhead": args.chambers, "queued": 200, "calls": 30} if args.quick else \
@@ -432,6 +474,7 @@ def main() -> int:
     if args.chambers < 1 or min(args.experiments, args.overhead, args.queued, args.calls) < 1:
         ap.error("expected --chambers, --experiments, --overhead, --queued and --calls of at least 1")
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     result = run(args)
     if args.json:
         print(json.dumps(result))

@@ -82,12 +82,14 @@ def health(endpoint: str) -> dict[str, Any]:
 
 @contextmanager
 def running_lab(tmp_path: Path, config: Path | None = None, db: str | None = None, *,
-                ready_timeout: float = 60.0, data: Path | None = None) -> Iterator[RunningLab]:
+                ready_timeout: float = 60.0, data: Path | None = None, said: list[str] | None = None,
+                **serve_options: Any) -> Iterator[RunningLab]:
     """Serve the demo lab (config None: wt-queue-1, lt-queue-1, wt-rt-1, lt-rt-1, emulated) or the lab file
     `config` on 127.0.0.1 (free port), in a thread; yields once every chamber reports READY. For a lab file (which
     has no demo account) user `ada` is added first and its credentials file is yielded. `data`: reuse a data
-    folder (a restarted lab); by default a fresh one under `tmp_path`. Stops the server (workers leave their
-    chambers safe) on exit."""
+    folder (a restarted lab); by default a fresh one under `tmp_path`. `said`: a list that receives the lines the
+    lab says; `serve_options`: more of serve_lab's options (tls_cert, public_url, ...). Stops the server (workers
+    leave their chambers safe) on exit."""
     from protocols.remote_lab.service import serve_lab
 
     data_dir = Path(data) if data is not None else Path(tempfile.mkdtemp(prefix="lab-data-", dir=tmp_path))
@@ -96,7 +98,7 @@ def running_lab(tmp_path: Path, config: Path | None = None, db: str | None = Non
         existing = data_dir / "ada.credentials"
         credentials = existing if existing.exists() else add_user(data_dir, "ada", db=db)
     announced: dict[str, Any] = {}
-    said: list[str] = []
+    said = said if said is not None else []
     failure: list[BaseException] = []
     ready, stop = threading.Event(), threading.Event()
 
@@ -107,7 +109,7 @@ def running_lab(tmp_path: Path, config: Path | None = None, db: str | None = Non
     def serve() -> None:
         try:
             serve_lab(config=config, db=db, data=data_dir, host="127.0.0.1", listen_port=0, worker=[],
-                      on_ready=on_ready, say=said.append, stop=stop)
+                      on_ready=on_ready, say=said.append, stop=stop, **serve_options)
         except BaseException as exc:  # shown by the waiting test instead of a bare timeout
             failure.append(exc)
         finally:

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from chamber.driver import Chamber
 from chamber.serial_backend import SerialBackend
 from protocols.remote_lab import store
+from protocols.remote_lab.accounts import Accounts
 from protocols.remote_lab.lab_file import Lab, LabFile
 from protocols.remote_lab.worker import ChamberWorker, WorkerRefused, reap
 from simulator.board import running_board
@@ -41,6 +42,7 @@ def wait_until(predicate, timeout=20.0):
 def engine(tmp_path):
     engine = store.open_store(f"sqlite:///{tmp_path / 'lab.sqlite'}")
     store.register_chambers(engine, ["wt-1"])
+    ACCOUNTS["ann"] = Accounts(engine, time.time).add("ann", "ann-password-1").account_id
     yield engine
     engine.dispose()
 
@@ -68,9 +70,12 @@ def serving(engine, board_holder, ttl=6.0, worker_id="w1"):
         assert not thread.is_alive()
 
 
+ACCOUNTS: dict[str, str] = {}
+
+
 def submit(engine, instructions, user="ann"):
-    return store.submit(engine, user_id=user, chamber_id="wt-1", config="standard", instructions=instructions,
-                        tag=None, now=time.time(), scheduler_id="test", max_queued=100)
+    return store.submit(engine, user_id=user, account_id=ACCOUNTS.get(user), chamber_id="wt-1", config="standard",
+                        instructions=instructions, tag=None, now=time.time(), scheduler_id="test", max_queued=100)
 
 
 def final(engine, experiment_id, timeout=30.0):

@@ -193,15 +193,19 @@ class Processes:
     def __init__(self, folder: Path, db: str, lab_file: Path):
         self.folder, self.db, self.lab_file = folder, db, lab_file
         self.started: list[LabProcess] = []
+        self.public_db, self.password_file = without_password(db, folder)  # never a password on a command line
 
     def api(self, name: str) -> tuple[LabProcess, dict[str, Any]]:
-        proc = self._start(name, ["lab", "serve", "--db", self.db, "--config", str(self.lab_file),
+        proc = self._start(name, ["lab", "serve", *self.db_options(), "--config", str(self.lab_file),
                                   "--listen-port", "0", "--json"])
         return proc, proc.first_json()
 
     def worker(self, name: str, *chambers: str) -> LabProcess:
-        return self._start(name, ["lab", "worker", "--db", self.db, "--config", str(self.lab_file),
+        return self._start(name, ["lab", "worker", *self.db_options(), "--config", str(self.lab_file),
                                   *[a for c in chambers for a in ("--chamber", c)]])
+
+    def db_options(self) -> list[str]:
+        return ["--db", self.public_db, "--db-password-file", str(self.password_file)]
 
     def _start(self, name: str, argv: list[str]) -> LabProcess:
         proc = LabProcess(name, argv, self.folder)
@@ -232,10 +236,23 @@ def lab_setup(fresh_postgres_db: str, tmp_path: Path) -> Iterator[Processes]:
 def add_account(db: str, folder: Path) -> None:
     """The test's user, added with `lab user add` as an operator would, and its credentials file for the client."""
     (folder / "password").write_text(PASSWORD + "\n", encoding="utf-8")
+    public_db, secret = without_password(db, folder)  # the database password through libpq's PGPASSWORD here
     added = subprocess.run([CHAMBERLAB, "lab", "user", "add", USER, "--password-file", str(folder / "password"),
-                            "--db", db], capture_output=True, text=True, timeout=120)
+                            "--db", public_db], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PGPASSWORD": secret.read_text().strip()})
     assert added.returncode == 0, added.stderr
     write_credentials(folder / "credentials.ini", USER, PASSWORD)
+
+
+def without_password(db: str, folder: Path) -> tuple[str, Path]:
+    """The URL without its password, and the password in a 0600 file (--db-password-file)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db)
+    secret = folder / "db-password"
+    secret.touch(mode=0o600)
+    secret.write_text((url.password or "") + "\n", encoding="utf-8")
+    return url._replace(password=None).render_as_string(hide_password=False), secret
 
 
 def client(folder: Path, endpoint: str) -> Any:

@@ -37,7 +37,8 @@ def lab_app(tmp_path_factory):
     while any(store.chamber_rows(engine)[c]["status"] != "READY" for c in ("wt-queue-1", "wt-rt-1")):
         assert time.monotonic() < deadline, "workers did not become ready"
         time.sleep(0.05)
-    yield create_app(engine, lab, accounts, scheduler_id="fuzz-lab", call_timeout_s=20)
+    yield create_app(engine, lab, accounts, scheduler_id="fuzz-lab", call_timeout_s=20,
+                     wakeups=workers.wakeups)  # the workers' wake-ups: a queued call wakes its worker at once
     workers.stop()
     engine.dispose()
 

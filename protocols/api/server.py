@@ -38,13 +38,23 @@ GRACEFUL_S = 3.0
 
 @contextlib.contextmanager
 def serve_in_thread(app: Any, *, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 10.0,
-                    log_level: str = "warning") -> Iterator[str]:
+                    log_level: str = "warning", ssl_certfile: str | Path | None = None,
+                    ssl_keyfile: str | Path | None = None, proxy_headers: bool | None = None,
+                    forwarded_allow_ips: Sequence[str] | None = None) -> Iterator[str]:
     """Serve an ASGI app under uvicorn in a daemon thread; yields its base URL; stops and joins on exit. The app's
     `state.background` (coroutine functions) run on the server's loop while it serves; its `state.on_stop`
     (plain callables) are called on exit, from this thread, as the server is told to stop (a running response
-    then ends sooner than GRACEFUL_S)."""
+    then ends sooner than GRACEFUL_S). With `ssl_certfile`/`ssl_keyfile` it serves HTTPS (the URL says https).
+    `proxy_headers`/`forwarded_allow_ips`: whose X-Forwarded-For/-Proto are believed (None: uvicorn's default)."""
+    tls: dict[str, Any] = {}
+    if ssl_certfile is not None:
+        tls = {"ssl_certfile": str(ssl_certfile), "ssl_keyfile": str(ssl_keyfile) if ssl_keyfile else None}
+    if proxy_headers is not None:
+        tls["proxy_headers"] = proxy_headers
+    if forwarded_allow_ips is not None:
+        tls["forwarded_allow_ips"] = list(forwarded_allow_ips)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off", access_log=False,
-                            timeout_graceful_shutdown=GRACEFUL_S)
+                            timeout_graceful_shutdown=GRACEFUL_S, **tls)
     server = uvicorn.Server(config)
     state = getattr(app, "state", None)
     background = tuple(getattr(state, "background", ()))
@@ -62,7 +72,7 @@ def serve_in_thread(app: Any, *, host: str = "127.0.0.1", port: int = 0, startup
     bound = server.servers[0].sockets[0].getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     try:
-        yield f"http://{shown}:{bound[1]}"
+        yield f"{'https' if ssl_certfile is not None else 'http'}://{shown}:{bound[1]}"
     finally:
         live = getattr(state, "live", None)
         if live is not None:  # end the open /live/stream responses: uvicorn waits for running responses to finish

@@ -8,11 +8,22 @@ unknown chamber 403, a busy session 409; the lab's own faults 5xx). It downloads
 plain GET and no credentials, so the download URL carries an unguessable token instead. Everything the client
 sends is checked here (protocols.remote_lab.validation) before it is queued or reaches a worker; state lives in
 the store, so a restarted API loses nothing.
+
+Why the real-time handlers are coroutines (issue 32: one user's `WAIT,60000` held a server thread, and 40 such
+calls left every other user's GET waiting 55 s): a call is queued in the database for the chamber's worker and
+its answer is awaited on the event loop, woken by the worker (wakeups.py), so no thread waits on a chamber and the
+short database reads of every request keep the threadpool to themselves. Who may do what is decided before
+anything is queued: credentials (gate.py: the login limiter, hashing slots), a session's owner, one call at a
+time per session (409 at once), a call's planned chamber time within the lab's `max_call_s` (400), the
+real-time sharing rules (session_store.py), the per-user caps on queued work (store.submit). The audit records
+who submitted, cancelled, downloaded, opened or took over a session, from which address.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.policy
+import functools
 import logging
 import secrets
 import time
@@ -24,22 +35,24 @@ from typing import Any, Callable
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.engine import Engine
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from protocols.remote_lab import store
+from protocols.remote_lab import audit, session_store, store
 from protocols.remote_lab.accounts import Accounts
+from protocols.remote_lab.gate import Caller, GateRefusal, LabBasic, LoginGate
 from protocols.remote_lab.lab_file import Lab
+from protocols.remote_lab.logins import LoginLimiter
 from protocols.remote_lab.validation import InvalidProtocol, check_protocol
+from protocols.remote_lab.wakeups import Wakeups
 from protocols.remote_lab.worker import LEASE_TTL_S
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
 MODELS = {"wt": "Wind tunnel Mk1", "lt": "Light tunnel Mk1"}
 DOCUMENTATION = "https://github.com/juangamella/causal-chamber"
-SECONDS_PER_ROW = 0.5  # the longest a Mk1 row takes (BOARD_PACE): how long to wait for a call's answer
 
 
 class LabRequestError(Exception):
@@ -109,11 +122,23 @@ class BodyCap:
         await response(scope, receive, send)
 
 
+CALL_POLL_S = 1.0
+"""While a real-time call runs, its waiter also looks at the database this often (a missed wake-up, a dead worker)."""
+
+
 def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: str,
                clock: Callable[[], float] = time.time, lease_ttl: float = LEASE_TTL_S, codebase_version: str = "",
-               call_timeout_s: float = 120.0) -> FastAPI:
+               call_timeout_s: float = 120.0, wakeups: Wakeups | None = None, limiter: LoginLimiter | None = None,
+               public_url: str | None = None) -> FastAPI:
+    """The API. `wakeups`: how a worker's answer wakes a waiting call (default: in-process, for a lab whose
+    workers run in this process); `public_url`: the base of the URLs the API hands out (default: the request's own,
+    as uvicorn saw it: forwarded headers count only from a trusted proxy)."""
     app = FastAPI(title="chamberlab Remote Lab", version="v0", docs_url=None, redoc_url=None)
-    basic = HTTPBasic(auto_error=False)
+    wake = wakeups or Wakeups()
+    gate = LoginGate(accounts, limiter or LoginLimiter(clock))
+    basic = LabBasic(auto_error=False)
+    link_ttl_s = lab.spec.download_link_days * 86400.0
+    base_url = public_url.rstrip("/").removesuffix("/v0") if public_url else None
 
     def fail(request_id: str, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"message": message, "request_id": request_id, "scheduler_id": scheduler_id},
@@ -138,12 +163,14 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return fail(getattr(request.state, "request_id", "-"), exc.status_code, str(exc.detail))
+        return fail(getattr(request.state, "request_id", "-"), exc.status_code, str(exc.detail),
+                    getattr(exc, "headers", None))
 
-    def user(credentials: HTTPBasicCredentials | None = Depends(basic)) -> str:
-        if credentials is None or not accounts.check(credentials.username, credentials.password):
-            raise LabRequestError(401, "wrong user name or password for this lab", {"WWW-Authenticate": "Basic"})
-        return credentials.username
+    async def user(request: Request, credentials: tuple[str, str] | None = Depends(basic)) -> Caller:
+        try:
+            return await gate.caller(request, credentials)
+        except GateRefusal as exc:
+            raise LabRequestError(exc.status, exc.message, exc.headers) from None
 
     def chamber_entry(chamber_id: str, config: str, mode: str) -> Any:
         if chamber_id not in lab.spec.chambers:
@@ -167,9 +194,9 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
         except InvalidProtocol as exc:
             raise LabRequestError(400, str(exc)) from None
 
-    def owned(experiment_id: str, user_id: str) -> dict[str, Any]:
+    def owned(experiment_id: str, caller: Caller) -> dict[str, Any]:
         row = store.get_experiment(engine, experiment_id)
-        if row is None or row["user_id"] != user_id:
+        if row is None or row["account_id"] != caller.account_id:
             raise LabRequestError(403, f"no experiment {experiment_id!r} among yours")
         return row
 
@@ -183,11 +210,20 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
                                        "submitted_on", "started_on", "finished_on", "current_instruction",
                                        "total_instructions", "n_observations", "reason", "scheduler_id")}
         if row.get("checksum") and token:
-            out["download_url"] = str(request.base_url).rstrip("/") + f"/v0/downloads/{row['experiment_id']}/{token}"
+            base = base_url or str(request.base_url).rstrip("/")
+            out["download_url"] = f"{base}/v0/downloads/{row['experiment_id']}/{token}"
             out["checksum"] = row["checksum"]
+            if row.get("finished_on") is not None:
+                out["download_expires_on"] = row["finished_on"] + link_ttl_s
         if "position" in row:
             out["position"] = row["position"]
         return out
+
+    def audit_line(action: str, caller: Caller | None, target: str | None, detail: str | None = None,
+                   address: str | None = None) -> None:
+        audit.record(engine, action, at=clock(), user_name=caller.name if caller else None,
+                     account_id=caller.account_id if caller else None, target=target,
+                     address=address or (caller.address if caller else None), detail=detail)
 
     @app.get("/health")
     @app.get("/v0/health")
@@ -197,18 +233,18 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
             c: ("OFFLINE" if live(c) is None else rows[c]["status"]) for c in lab.spec.chambers}}
 
     @app.get("/v0/chambers")
-    def chambers(user_id: str = Depends(user)) -> dict[str, Any]:
-        rows = store.chamber_rows(engine)
+    def chambers(caller: Caller = Depends(user)) -> dict[str, Any]:
+        rows = store.chamber_rows(engine, lease_ttl)
         out = []
         for chamber_id, entry in lab.spec.chambers.items():
             row = rows.get(chamber_id) or {}
-            out.append({"chamber_id": chamber_id, "status": row.get("status") if live(chamber_id) else "OFFLINE",
+            out.append({"chamber_id": chamber_id, "status": row.get("status") if row.get("alive") else "OFFLINE",
                         "detail": row.get("detail"), "chamber_model": MODELS[entry.chamber_kind or "wt"],
                         "mode": entry.mode, "valid_configs": list(entry.configs)})
         return {"chambers": out}
 
     @app.get("/v0/queues/{chamber_id}")
-    def queue(chamber_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
+    def queue(chamber_id: str, request: Request, caller: Caller = Depends(user)) -> dict[str, Any]:
         if chamber_id not in lab.spec.chambers:
             raise LabRequestError(403, f"no chamber {chamber_id!r} in this lab")
         if lab.entry(chamber_id).mode != "queue":
@@ -216,92 +252,133 @@ def create_app(engine: Engine, lab: Lab, accounts: Accounts, *, scheduler_id: st
         return {"experiments": [shown(r, request) for r in store.queue_of(engine, chamber_id)]}
 
     @app.post("/v0/experiments")
-    def submit(body: ExperimentIn, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
+    def submit(body: ExperimentIn, request: Request, caller: Caller = Depends(user)) -> dict[str, Any]:
         chamber_entry(body.chamber_id, body.chamber_config, "queue")
         if body.tag is not None and len(body.tag) > lab.caps.max_tag_chars:
             raise LabRequestError(400, f"tag of {len(body.tag)} characters; at most {lab.caps.max_tag_chars}")
         plan = checked(body.chamber_id, body.chamber_config, body.instructions)
-        account = accounts.get(user_id)
-        limit = (account.max_queued if account and account.max_queued else None) or lab.caps.max_queued_per_user
-        experiment_id = store.submit(engine, user_id=user_id, chamber_id=body.chamber_id, config=body.chamber_config,
-                                     instructions=plan.instructions, tag=body.tag, now=clock(),
-                                     scheduler_id=scheduler_id, max_queued=limit)
-        if experiment_id is None:
-            raise LabRequestError(403, f"you have {limit} experiments queued, this lab's limit per user; wait for "
-                                       "one to start or cancel one")
+        try:
+            experiment_id = store.submit(
+                engine, user_id=caller.name, account_id=caller.account_id, chamber_id=body.chamber_id,
+                config=body.chamber_config, instructions=plan.instructions, tag=body.tag, now=clock(),
+                scheduler_id=scheduler_id, max_queued=caller.max_queued or lab.caps.max_queued_per_user,
+                planned_s=plan.planned_s, max_queued_s=lab.caps.max_queued_s_per_user)
+        except store.QueueFull as exc:
+            raise LabRequestError(403, str(exc)) from None
+        wake.notify(f"chamber:{body.chamber_id}")
+        audit_line("submit", caller, experiment_id, f"{body.chamber_id}: {len(plan.instructions)} instructions, "
+                                                    f"{plan.planned_s:.1f} s planned")
         return {"experiment_id": experiment_id}
 
     @app.get("/v0/experiments")
-    def experiments(request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
-        return {"experiments": [shown(r, request) for r in store.user_experiments(engine, user_id)]}
+    def experiments(request: Request, caller: Caller = Depends(user)) -> dict[str, Any]:
+        return {"experiments": [shown(r, request) for r in store.user_experiments(engine, caller.account_id)]}
 
     @app.get("/v0/experiments/{experiment_id}")
-    def experiment(experiment_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
-        return shown(owned(experiment_id, user_id), request)
+    def experiment(experiment_id: str, request: Request, caller: Caller = Depends(user)) -> dict[str, Any]:
+        return shown(owned(experiment_id, caller), request)
 
     @app.post("/v0/experiments/{experiment_id}/cancel")
-    def cancel(experiment_id: str, request: Request, user_id: str = Depends(user)) -> dict[str, Any]:
-        row = owned(experiment_id, user_id)
-        if store.cancel(engine, experiment_id, clock()) is None and row["status"] != "STOPPING":
+    def cancel(experiment_id: str, request: Request, caller: Caller = Depends(user)) -> dict[str, Any]:
+        row = owned(experiment_id, caller)
+        now = store.cancel(engine, experiment_id, clock())
+        if now is None and row["status"] != "STOPPING":
             raise LabRequestError(409, f"experiment {experiment_id} has ended already ({row['status']})")
-        return shown(owned(experiment_id, user_id), request)
+        wake.notify(f"chamber:{row['chamber_id']}")
+        audit_line("cancel", caller, experiment_id, f"{row['status']} -> {now or row['status']}")
+        return shown(owned(experiment_id, caller), request)
 
     @app.get("/v0/downloads/{experiment_id}/{token}")
-    def download(experiment_id: str, token: str) -> Response:
-        found = store.zip_of(engine, experiment_id, token)
+    def download(experiment_id: str, token: str, request: Request) -> Response:
+        found = store.zip_of(engine, experiment_id, token, now=clock(), ttl_s=link_ttl_s)
         if found is None:
-            raise LabRequestError(403, "no download at this address")
+            raise LabRequestError(403, "no download at this address (a wrong or expired link, or its account was "
+                                       "removed)")
         data, checksum = found
+        row = store.get_experiment(engine, experiment_id) or {}
+        audit.record(engine, "download", at=clock(), user_name=row.get("user_id"), account_id=row.get("account_id"),
+                     target=experiment_id, address=request.client.host if request.client else None)
         return Response(data, media_type="application/zip", headers={
             "Content-Disposition": f'attachment; filename="{experiment_id}.zip"', "X-Checksum-SHA256": checksum})
 
     @app.post("/v0/sessions")
-    def open_session(body: SessionIn, user_id: str = Depends(user)) -> dict[str, Any]:
-        chamber_entry(body.chamber_id, body.chamber_config, "real-time")
-        if live(body.chamber_id) is None:
+    async def open_session(body: SessionIn, caller: Caller = Depends(user)) -> dict[str, Any]:
+        entry = chamber_entry(body.chamber_id, body.chamber_config, "real-time")
+        if await run_in_threadpool(live, body.chamber_id) is None:
             raise LabRequestError(503, f"chamber {body.chamber_id} has no worker serving it right now; try later")
-        session_id, call_id = store.open_session(engine, chamber_id=body.chamber_id, user_id=user_id,
-                                                 config=body.chamber_config, now=clock())
-        answered(call_id, call_timeout_s, body.chamber_id)
+        try:
+            session_id, call_id, held = await run_in_threadpool(functools.partial(
+                session_store.open_session, engine, chamber_id=body.chamber_id, user_id=caller.name,
+                account_id=caller.account_id, config=body.chamber_config, now=clock(),
+                idle_takeover_s=entry.idle_takeover_s))
+        except session_store.ChamberInUse as exc:
+            raise LabRequestError(409, str(exc)) from None
+        wake.notify(f"chamber:{body.chamber_id}")
+        try:
+            await answered(call_id, call_timeout_s, body.chamber_id)
+        except LabRequestError:
+            await run_in_threadpool(session_store.fail_opening, engine, session_id)
+            raise
+        await run_in_threadpool(audit_line, "session-takeover" if held else "session-open", caller, session_id,
+                                f"{body.chamber_id}" + (f"; took over {', '.join(held)}" if held else ""))
         return {"session_id": session_id, "chamber_model": MODELS[lab.kind(body.chamber_id)],
                 "config_version": f"mk1/{body.chamber_config}", "documentation": DOCUMENTATION,
                 "codebase_version": codebase_version}
 
     @app.post("/v0/sessions/{session_id}/instructions")
-    def instructions(session_id: str, body: InstructionsIn, user_id: str = Depends(user)) -> Response:
-        session = store.get_session(engine, session_id)
-        if session is None or session["user_id"] != user_id:
+    async def instructions(session_id: str, body: InstructionsIn, caller: Caller = Depends(user)) -> Response:
+        session = await run_in_threadpool(session_store.get_session, engine, session_id)
+        if session is None or session["account_id"] != caller.account_id:
             raise LabRequestError(403, f"no session {session_id!r} among yours")
         if session["state"] != "OPEN":
             raise LabRequestError(409, f"session {session_id} has ended: {session['reason'] or session['state']}")
         plan = checked(session["chamber_id"], session["config"], body.instructions)
-        if live(session["chamber_id"]) is None:
+        if plan.planned_s > lab.caps.max_call_s:
+            raise LabRequestError(400, f"these instructions plan {plan.planned_s:.1f} s of chamber time; this lab "
+                                       f"allows at most {lab.caps.max_call_s:g} s per real-time call: split them "
+                                       "(nothing was sent)")
+        if await run_in_threadpool(live, session["chamber_id"]) is None:
             raise LabRequestError(503, f"chamber {session['chamber_id']} has no worker serving it right now")
-        call_id = store.add_call(engine, session_id, session["chamber_id"], plan.instructions, clock())
+        call_id = await run_in_threadpool(session_store.add_call, engine, session_id, session["chamber_id"],
+                                          plan.instructions, clock())
         if call_id is None:
-            raise LabRequestError(409, f"session {session_id} is still running its previous instructions")
-        call = answered(call_id, call_timeout_s + plan.wait_ms / 1000 + plan.rows * SECONDS_PER_ROW,
-                        session["chamber_id"])
+            raise LabRequestError(409, f"session {session_id} is still running its previous instructions; one call "
+                                       "at a time per session")
+        wake.notify(f"chamber:{session['chamber_id']}")
+        try:
+            call = await answered(call_id, call_timeout_s + plan.planned_s, session["chamber_id"])
+        finally:
+            await run_in_threadpool(session_store.touch_session, engine, session_id, clock())
         if not call["result_csv"]:
             return Response(b"", media_type="text/plain")
         return multipart_csv(call["result_csv"])
 
-    def answered(call_id: int, timeout: float, chamber_id: str) -> dict[str, Any]:
+    async def answered(call_id: int, timeout: float, chamber_id: str) -> dict[str, Any]:
+        """The call's answer, awaited without holding a thread: woken by the worker's answer (wakeups), with a
+        look at the database every CALL_POLL_S (a missed wake-up, a worker that died)."""
         def answer() -> dict[str, Any] | None:
-            call = _final(store.call_of(engine, call_id))
+            call = _final(session_store.call_of(engine, call_id))
             if call is None and live(chamber_id) is None:  # its worker stopped: nobody will answer
-                store.fail_call(engine, call_id, 503, f"chamber {chamber_id}'s worker stopped; the call was not run "
-                                                      "to its end")
-                call = _final(store.call_of(engine, call_id))
+                session_store.fail_call(engine, call_id, 503, f"chamber {chamber_id}'s worker stopped; the call was "
+                                                              "not run to its end")
+                call = _final(session_store.call_of(engine, call_id))
             return call
 
-        call = store.wait_for(answer, timeout)
+        loop = asyncio.get_running_loop()
+        deadline, topic = loop.time() + timeout, f"call:{call_id}"
+        while True:
+            since = wake.generation(topic)
+            call = await run_in_threadpool(answer)
+            left = deadline - loop.time()
+            if call is not None or left <= 0:
+                break
+            await wake.wait_async(topic, since, min(CALL_POLL_S, left))
         if not call:
-            waiting = (store.call_of(engine, call_id) or {}).get("state") == "PENDING"
-            store.fail_call(engine, call_id, 409 if waiting else 503, (
+            waiting = (await run_in_threadpool(session_store.call_of, engine, call_id) or {}).get("state") == "PENDING"
+            await run_in_threadpool(session_store.fail_call, engine, call_id, 409 if waiting else 503, (
                 f"chamber {chamber_id} is busy with earlier instructions; try again" if waiting else
                 f"chamber {chamber_id} did not answer within {timeout:.0f} s"))
-            call = store.call_of(engine, call_id)
+            call = await run_in_threadpool(session_store.call_of, engine, call_id)
         if call["state"] == "FAILED":
             raise LabRequestError(call["error_status"] or 500, call["error_message"] or "the chamber failed")
         return call

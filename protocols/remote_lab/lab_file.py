@@ -45,6 +45,8 @@ class Caps(BaseModel):
     max_msr_rows: int = Field(10_000, ge=1, le=32_767)  # one MSR (the firmware reads n as a 16-bit int)
     max_total_rows: int = Field(10 * 10_000, ge=1)  # all rows of one experiment: ten of the largest MSRs
     max_queued_per_user: int = Field(20, ge=1)
+    max_queued_s_per_user: float = Field(24 * 3600.0, gt=0, allow_inf_nan=False)  # planned chamber seconds queued
+    max_call_s: float = Field(600.0, gt=0, allow_inf_nan=False)  # one real-time call's planned chamber seconds
     max_tag_chars: int = Field(200, ge=1, le=200)
 
 
@@ -60,6 +62,10 @@ class ChamberEntry(BaseModel):
     configs: list[str] = Field(default_factory=lambda: ["standard"], min_length=1)
     limits: dict[str, Any] | None = None  # the limits file's format (variables:, safe:)
     safe: dict[str, float] | None = None  # settings applied before and after every experiment and session
+    idle_takeover_s: float = Field(60.0, ge=0, allow_inf_nan=False)  # real time: another user may take a session
+    # over once it has been idle this long
+    prepare: Literal["restore", "reset"] = "restore"  # between experiments: restore the standard settings and read
+    # them back after a confirmed safe end, or always reset the board
 
     @model_validator(mode="after")
     def _known(self) -> "ChamberEntry":
@@ -92,6 +98,7 @@ class LabFile(BaseModel):
 
     chambers: dict[str, ChamberEntry] = Field(min_length=1)
     caps: Caps = Caps()
+    download_link_days: float = Field(7.0, gt=0, allow_inf_nan=False)  # a download URL works this long
 
     @model_validator(mode="after")
     def _ids(self) -> "LabFile":
@@ -108,6 +115,7 @@ class _LabFileShape(BaseModel):
 
     chambers: dict[str, Any] = Field(min_length=1)
     caps: Caps = Caps()
+    download_link_days: float = Field(7.0, gt=0, allow_inf_nan=False)
 
 
 class Lab:
@@ -173,7 +181,8 @@ def load_lab(path: str | Path) -> Lab:
         first = next(iter(refused.values()))
         more = f" (and {len(refused) - 1} more chamber(s) refused)" if len(refused) > 1 else ""
         raise LabFileError(source, f"no chamber can be served: {first.removeprefix(source + ': ')}{more}")
-    return Lab(LabFile(chambers=entries, caps=shape.caps), source, refused)
+    return Lab(LabFile(chambers=entries, caps=shape.caps, download_link_days=shape.download_link_days), source,
+               refused)
 
 
 DEMO_LAB: dict[str, Any] = {"chambers": {

@@ -23,7 +23,7 @@ from chamber.public_csv import PublicCsvWriter
 from chamber.safe_state import apply_safe_state
 from chamber.stop import StopRequest
 from firmware_bridge.errors import BridgeError
-from protocols.remote_lab import store
+from protocols.remote_lab import session_store
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +31,20 @@ log = logging.getLogger(__name__)
 def answer_call(worker: Any, call: dict[str, Any]) -> None:
     """Run `call` on the worker's chamber and store the answer (never raises for a chamber or user error)."""
     engine, chamber = worker.engine, worker.chamber
-    session = store.get_session(engine, call["session_id"])
+    session = session_store.get_session(engine, call["session_id"])
     if session is None:
-        store.answer_call(engine, call["call_id"], error_status=400, error_message="no such session")
+        session_store.answer_call(engine, call["call_id"], error_status=400, error_message="no such session")
         return
     if call["kind"] == "open":
         _open(worker, call, session)
         return
     if session["state"] != "OPEN":
-        store.answer_call(engine, call["call_id"], error_status=409,
+        session_store.answer_call(engine, call["call_id"], error_status=409,
                           error_message=f"session {session['session_id']} has ended: {session['reason']}")
         return
     halt = StopRequest()
     worker.current = (None, halt)  # a stopping worker cuts a long WAIT short, as for an experiment
+    worker.wakeups.notify_local(worker.topic)
     try:
         protocol = parse_protocol(json.loads(call["instructions"]), source=f"session {session['session_id']}")
         buffer = io.StringIO()
@@ -51,7 +52,7 @@ def answer_call(worker: Any, call: dict[str, Any]) -> None:
         outcome = run_protocol(chamber, protocol, on_frame=writer.write_frame, ask=no_operator, stop=halt,
                                wait=halt.wait)
     except ProtocolError as exc:
-        store.answer_call(engine, call["call_id"], error_status=400, error_message=" ".join(str(exc).split()))
+        session_store.answer_call(engine, call["call_id"], error_status=400, error_message=" ".join(str(exc).split()))
         return
     except (ChamberError, BridgeError, OSError) as exc:
         _board_fault(worker, call, exc)
@@ -59,46 +60,46 @@ def answer_call(worker: Any, call: dict[str, Any]) -> None:
     finally:
         worker.current = None
     if outcome.interrupted:
-        store.answer_call(engine, call["call_id"], error_status=503,
+        session_store.answer_call(engine, call["call_id"], error_status=503,
                           error_message=f"chamber {worker.chamber_id}'s worker is stopping; the instructions were "
                                         f"cut short at line {outcome.stopped_at_line}")
         return
     if outcome.error:
         _board_fault(worker, call, RuntimeError(f"{outcome.error['type']}: {outcome.error['message']}"))
         return
-    store.answer_call(engine, call["call_id"], result_csv=buffer.getvalue() if writer.rows else None)
+    session_store.answer_call(engine, call["call_id"], result_csv=buffer.getvalue() if writer.rows else None)
 
 
 def _open(worker: Any, call: dict[str, Any], session: dict[str, Any]) -> None:
     engine, chamber = worker.engine, worker.chamber
     if session["config"] != chamber.config:
-        store.answer_call(engine, call["call_id"], error_status=400,
+        session_store.answer_call(engine, call["call_id"], error_status=400,
                           error_message=f"chamber {worker.chamber_id} is in config {chamber.config}; the session "
                                         f"asked for {session['config']}")
-        store.set_session_state(engine, session["session_id"], "FAILED", "config not available")
+        session_store.set_session_state(engine, session["session_id"], "FAILED", "config not available")
         return
     try:
         chamber.reset()
         outcome = apply_safe_state(chamber, worker.safe)
     except (ChamberError, BridgeError, OSError) as exc:
-        store.set_session_state(engine, session["session_id"], "FAILED", str(exc))
+        session_store.set_session_state(engine, session["session_id"], "FAILED", str(exc))
         _board_fault(worker, call, exc)
         return
     if not outcome.confirmed:
-        store.set_session_state(engine, session["session_id"], "FAILED", outcome.text)
-        store.answer_call(engine, call["call_id"], error_status=503,
+        session_store.set_session_state(engine, session["session_id"], "FAILED", outcome.text)
+        session_store.answer_call(engine, call["call_id"], error_status=503,
                           error_message=f"chamber {worker.chamber_id} could not be verified: {outcome.text}")
         return
-    if (store.call_of(engine, call["call_id"]) or {}).get("state") != "RUNNING":
+    if (session_store.call_of(engine, call["call_id"]) or {}).get("state") != "RUNNING":
         return  # the client was told this open failed (it waited too long): it takes no chamber from anyone
-    store.activate_session(engine, session["session_id"], worker.chamber_id)
-    store.answer_call(engine, call["call_id"])
+    session_store.activate_session(engine, session["session_id"], worker.chamber_id)
+    session_store.answer_call(engine, call["call_id"])
 
 
 def _board_fault(worker: Any, call: dict[str, Any], exc: BaseException) -> None:
     message = f"chamber {worker.chamber_id}: {type(exc).__name__}: {' '.join(str(exc).split())}"
     log.warning("%s", message)
-    store.answer_call(worker.engine, call["call_id"], error_status=503, error_message=message)
+    session_store.answer_call(worker.engine, call["call_id"], error_status=503, error_message=message)
     worker._say("ERROR", message)
 
 

@@ -6,6 +6,10 @@ LOCKED`: two workers never take one experiment, a worker never waits on another'
 not a disk, so rows and result zips travel through it. Every change is one transaction; a state change is
 conditional on the state it expects (`UPDATE ... WHERE status = 'QUEUED'`), so a racing writer finds no row rather
 than overwriting. Time is passed in (`clock`), never read here, so tests and the reaper agree on "stale".
+
+The tables are in schema.py (built by the migrations, migrate.py); sessions and their calls in session_store.py;
+the order a chamber takes its queue in is fair_queue.py's. An experiment belongs to an account id (the name is
+shown, never the key), and its download link lives `download_ttl_s` after it ended and as long as its account.
 """
 
 from __future__ import annotations
@@ -19,84 +23,10 @@ from typing import Any, Callable, Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-metadata = sa.MetaData()
+from protocols.remote_lab import fair_queue
 
-users = sa.Table(
-    "lab_users", metadata,
-    sa.Column("name", sa.String(64), primary_key=True),
-    sa.Column("password_hash", sa.Text, nullable=False),
-    sa.Column("created_on", sa.Float, nullable=False),
-    sa.Column("max_queued", sa.Integer, nullable=True),  # None: the lab's default
-)
-
-experiments = sa.Table(
-    "lab_experiments", metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),  # queue order
-    sa.Column("experiment_id", sa.String(40), nullable=False, unique=True),
-    sa.Column("user_id", sa.String(64), nullable=False, index=True),
-    sa.Column("chamber_id", sa.String(64), nullable=False),
-    sa.Column("config", sa.String(64), nullable=False),
-    sa.Column("tag", sa.String(200), nullable=True),
-    sa.Column("instructions", sa.Text, nullable=False),  # JSON list of the instruction strings as accepted
-    sa.Column("total_instructions", sa.Integer, nullable=False),
-    sa.Column("current_instruction", sa.Integer, nullable=False, default=0),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("submitted_on", sa.Float, nullable=False),
-    sa.Column("started_on", sa.Float, nullable=True),
-    sa.Column("finished_on", sa.Float, nullable=True),
-    sa.Column("worker_id", sa.String(200), nullable=True),
-    sa.Column("reason", sa.Text, nullable=True),
-    sa.Column("n_observations", sa.Integer, nullable=False, default=0),
-    sa.Column("csv_header", sa.Text, nullable=True),
-    sa.Column("zip_data", sa.LargeBinary, nullable=True),
-    sa.Column("checksum", sa.String(64), nullable=True),
-    sa.Column("download_token", sa.String(64), nullable=True),
-    sa.Column("scheduler_id", sa.String(200), nullable=True),
-    sa.Index("ix_lab_experiments_queue", "chamber_id", "status", "seq"),
-)
-
-experiment_rows = sa.Table(  # rows as they arrive (CSV lines, no header): a killed worker's rows are kept
-    "lab_experiment_rows", metadata,
-    sa.Column("experiment_id", sa.String(40), primary_key=True),
-    sa.Column("chunk", sa.Integer, primary_key=True),
-    sa.Column("n_rows", sa.Integer, nullable=False),
-    sa.Column("csv_text", sa.Text, nullable=False),
-)
-
-chambers = sa.Table(  # one row per chamber: who serves it (the lease) and how it is
-    "lab_chambers", metadata,
-    sa.Column("chamber_id", sa.String(64), primary_key=True),
-    sa.Column("worker_id", sa.String(200), nullable=True),
-    sa.Column("heartbeat_at", sa.Float, nullable=True),
-    sa.Column("status", sa.String(16), nullable=False, default="OFFLINE"),
-    sa.Column("detail", sa.Text, nullable=True),
-)
-
-sessions = sa.Table(
-    "lab_sessions", metadata,
-    sa.Column("session_id", sa.String(40), primary_key=True),
-    sa.Column("chamber_id", sa.String(64), nullable=False, index=True),
-    sa.Column("user_id", sa.String(64), nullable=False),
-    sa.Column("config", sa.String(64), nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),  # OPENING, OPEN, ENDED, FAILED
-    sa.Column("created_on", sa.Float, nullable=False),
-    sa.Column("reason", sa.Text, nullable=True),
-)
-
-session_calls = sa.Table(  # what a session asks of its chamber's worker, and the answer, through the database
-    "lab_session_calls", metadata,
-    sa.Column("call_id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("session_id", sa.String(40), nullable=False),
-    sa.Column("chamber_id", sa.String(64), nullable=False),
-    sa.Column("kind", sa.String(16), nullable=False),  # open | instructions
-    sa.Column("instructions", sa.Text, nullable=False),
-    sa.Column("state", sa.String(16), nullable=False),  # PENDING, RUNNING, DONE, FAILED
-    sa.Column("created_on", sa.Float, nullable=False),
-    sa.Column("result_csv", sa.Text, nullable=True),
-    sa.Column("error_status", sa.Integer, nullable=True),
-    sa.Column("error_message", sa.Text, nullable=True),
-    sa.Index("ix_lab_session_calls_pending", "chamber_id", "state", "call_id"),
-)
+from protocols.remote_lab.schema import (audit, chambers, experiment_rows, experiments, metadata,  # noqa: F401
+                                        session_calls, sessions, users)
 
 ACTIVE = ("RUNNING", "STOPPING")
 FINAL = ("DONE", "FAILED", "CANCELED")
@@ -104,6 +34,10 @@ FINAL = ("DONE", "FAILED", "CANCELED")
 
 class StoreError(Exception):
     """A store operation that cannot be done as asked (a lease held by another live worker, an unknown row)."""
+
+
+class QueueFull(StoreError):
+    """A user at one of their caps on queued work (experiments, or planned chamber seconds); the message says which."""
 
 
 @dataclass(frozen=True)
@@ -115,14 +49,23 @@ class Claimed:
     config: str
     instructions: list[str]
     user_id: str
+    account_id: str | None = None
 
 
-def open_store(url: str) -> Engine:
-    """An engine on `url` (sqlite:///PATH or postgresql://...), tables created if missing. SQLite gets WAL and a
-    busy timeout, so the API's threads and the in-process workers write in turn instead of failing."""
+def open_store(url: str, *, ensure: bool = True) -> Engine:
+    """An engine on `url` (sqlite:///PATH or postgresql://...); with `ensure`, an empty database is created at the
+    newest schema revision and one at another revision refused (migrate.SchemaMismatch naming `lab migrate`).
+    SQLite gets WAL and a busy timeout, so the API's threads and the in-process workers write in turn instead of
+    failing, and its files are private to this account (files.private_sqlite)."""
+    from protocols.remote_lab.files import private_sqlite
+    from protocols.remote_lab.migrate import ensure_schema
+
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]  # psycopg 3, the maintained driver
     if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            private_sqlite(path)  # created 0600 before SQLite opens it: its -wal and -shm take its mode
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @sa.event.listens_for(engine, "connect")
@@ -134,10 +77,10 @@ def open_store(url: str) -> Engine:
             cursor.close()
     else:
         engine = sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
-    with engine.begin() as db:
-        if engine.dialect.name == "postgresql":  # processes starting together on a new database create it once
-            db.exec_driver_sql("SELECT pg_advisory_xact_lock(2025122501)")
-        metadata.create_all(db)
+    if ensure:
+        ensure_schema(engine)
+        if engine.dialect.name == "sqlite" and path and path != ":memory:":
+            private_sqlite(path)  # the -wal and -shm the first connection made (and any an older lab left)
     return engine
 
 
@@ -147,24 +90,35 @@ def new_id(prefix: str) -> str:
 
 # ------------------------------------------------------------------------------------------------ experiments
 def submit(engine: Engine, *, user_id: str, chamber_id: str, config: str, instructions: Sequence[str],
-           tag: str | None, now: float, scheduler_id: str, max_queued: int) -> str | None:
-    """Queue an experiment; its id, or None when the user already has `max_queued` experiments waiting (counted in
-    the same transaction as the insert)."""
+           tag: str | None, now: float, scheduler_id: str, max_queued: int, account_id: str | None = None,
+           planned_s: float | None = None, max_queued_s: float | None = None) -> str:
+    """Queue an experiment; its id. QueueFull when the account already has `max_queued` experiments waiting, or
+    when their planned chamber seconds with this one would pass `max_queued_s` (counted in the same transaction
+    as the insert, after the account's row is written: concurrent submissions of one account count in turn)."""
     experiment_id = new_id("exp")
-    with engine.begin() as db:  # the user's row written first: concurrent submissions of one user count in turn
+    owner = account_id or f"name-{user_id}"
+    mine = experiments.c.account_id == owner
+    with engine.begin() as db:
         db.execute(users.update().where(users.c.name == user_id).values(name=users.c.name))
-        waiting = db.scalar(sa.select(sa.func.count()).select_from(experiments).where(
-            experiments.c.user_id == user_id, experiments.c.status == "QUEUED"))
+        waiting, seconds = db.execute(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(
+            experiments.c.planned_s), 0.0)).where(mine, experiments.c.status == "QUEUED")).one()
         if waiting >= max_queued:
-            return None
+            raise QueueFull(f"you have {waiting} experiments queued, this lab's limit per user is {max_queued}; "
+                            "wait for one to start or cancel one")
+        if max_queued_s is not None and planned_s is not None and float(seconds) + planned_s > max_queued_s:
+            raise QueueFull(f"your queued experiments plan {float(seconds):.0f} s of chamber time and this one "
+                            f"{planned_s:.0f} s; this lab allows {max_queued_s:.0f} s queued per user: wait for "
+                            "one to start or cancel one")
         db.execute(experiments.insert().values(
-            experiment_id=experiment_id, user_id=user_id, chamber_id=chamber_id, config=config, tag=tag,
-            instructions=json.dumps(list(instructions)), total_instructions=len(instructions), current_instruction=0,
-            status="QUEUED", submitted_on=now, scheduler_id=scheduler_id, n_observations=0))
+            experiment_id=experiment_id, user_id=user_id, account_id=owner, chamber_id=chamber_id, config=config,
+            tag=tag, instructions=json.dumps(list(instructions)), total_instructions=len(instructions),
+            current_instruction=0, status="QUEUED", submitted_on=now, scheduler_id=scheduler_id, n_observations=0,
+            planned_s=planned_s))
     return experiment_id
 
 
-_PUBLIC = [c for c in experiments.c if c.name not in ("instructions", "zip_data", "csv_header", "download_token")]
+_PUBLIC = [c for c in experiments.c if c.name not in ("instructions", "zip_data", "csv_header", "download_token",
+                                                      "planned_s")]
 
 
 def get_experiment(engine: Engine, experiment_id: str) -> dict[str, Any] | None:
@@ -174,38 +128,34 @@ def get_experiment(engine: Engine, experiment_id: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-def user_experiments(engine: Engine, user_id: str) -> list[dict[str, Any]]:
+def user_experiments(engine: Engine, account_id: str) -> list[dict[str, Any]]:
     with engine.connect() as db:
         rows = db.execute(sa.select(*_PUBLIC, experiments.c.download_token).where(
-            experiments.c.user_id == user_id).order_by(experiments.c.seq)).mappings().all()
+            experiments.c.account_id == account_id).order_by(experiments.c.seq)).mappings().all()
     return [dict(r) for r in rows]
 
 
 def queue_of(engine: Engine, chamber_id: str) -> list[dict[str, Any]]:
-    """The chamber's running experiment (position 0) and its queued ones (1, 2, ... in submission order)."""
+    """The chamber's running experiment (position 0) and its queued ones (1, 2, ... in the order the chamber will
+    run them: fair_queue)."""
     with engine.connect() as db:
-        rows = db.execute(sa.select(*_PUBLIC).where(
+        rows = [dict(r) for r in db.execute(sa.select(*_PUBLIC).where(
             experiments.c.chamber_id == chamber_id,
-            experiments.c.status.in_(("QUEUED", *ACTIVE))).order_by(experiments.c.seq)).mappings().all()
-    out, position = [], 0
-    for row in rows:
-        item = dict(row)
-        if item["status"] in ACTIVE:
-            item["position"] = 0
-        else:
-            position += 1
-            item["position"] = position
-        out.append(item)
+            experiments.c.status.in_(("QUEUED", *ACTIVE))).order_by(experiments.c.seq)).mappings().all()]
+        queued = [r for r in rows if r["status"] == "QUEUED"]
+        turns = fair_queue.last_turns(db, chamber_id, [r["account_id"] for r in queued])
+    out = [{**r, "position": 0} for r in rows if r["status"] in ACTIVE]
+    out += [{**r, "position": i} for i, r in enumerate(fair_queue.positions(queued, turns), start=1)]
     return out
 
 
-def cancel(engine: Engine, experiment_id: str, now: float) -> str | None:
+def cancel(engine: Engine, experiment_id: str, now: float, reason: str = "canceled before it started") -> str | None:
     """Cancel: a queued experiment ends CANCELED at once; a running one is asked to stop (STOPPING: its worker
     stops after the current row and keeps what it measured). Returns the new status, None if already final."""
     with engine.begin() as db:
         done = db.execute(experiments.update().where(
             experiments.c.experiment_id == experiment_id, experiments.c.status == "QUEUED").values(
-            status="CANCELED", finished_on=now, reason="canceled before it started")).rowcount
+            status="CANCELED", finished_on=now, reason=reason)).rowcount
         if done:
             return "CANCELED"
         asked = db.execute(experiments.update().where(
@@ -214,17 +164,35 @@ def cancel(engine: Engine, experiment_id: str, now: float) -> str | None:
         return "STOPPING" if asked else None
 
 
+def cancel_account(engine: Engine, account_id: str, now: float, reason: str) -> dict[str, list[str]]:
+    """Every queued experiment of the account CANCELED with `reason`, every running one asked to stop; their ids
+    and chambers (to wake the workers)."""
+    with engine.begin() as db:
+        queued = db.execute(sa.select(experiments.c.experiment_id, experiments.c.chamber_id).where(
+            experiments.c.account_id == account_id, experiments.c.status == "QUEUED")).all()
+        running = db.execute(sa.select(experiments.c.experiment_id, experiments.c.chamber_id).where(
+            experiments.c.account_id == account_id, experiments.c.status == "RUNNING")).all()
+        db.execute(experiments.update().where(experiments.c.account_id == account_id,
+                                              experiments.c.status == "QUEUED").values(
+            status="CANCELED", finished_on=now, reason=reason))
+        db.execute(experiments.update().where(experiments.c.account_id == account_id,
+                                              experiments.c.status == "RUNNING").values(status="STOPPING"))
+    return {"canceled": [r.experiment_id for r in queued], "stopping": [r.experiment_id for r in running],
+            "chambers": sorted({r.chamber_id for r in [*queued, *running]})}
+
+
 def claim_next(engine: Engine, chamber_id: str, worker_id: str, now: float) -> Claimed | None:
-    """Take the chamber's oldest queued experiment (RUNNING, this worker's), or None. On PostgreSQL the row is
-    locked with FOR UPDATE SKIP LOCKED; on both engines the update is conditional on QUEUED."""
+    """Take the chamber's next experiment by the fair queue's rule (RUNNING, this worker's), or None. One
+    statement picks it; on PostgreSQL the row is locked with FOR UPDATE SKIP LOCKED (a row another claim holds is
+    skipped, not waited for); on both engines the update is conditional on QUEUED."""
     with engine.begin() as db:
         holder = db.scalar(sa.select(chambers.c.worker_id).where(chambers.c.chamber_id == chamber_id))
         if holder != worker_id:  # a worker whose lease was taken over claims nothing more
             return None
         row = db.execute(sa.select(experiments.c.seq, experiments.c.experiment_id, experiments.c.config,
-                                   experiments.c.instructions, experiments.c.user_id).where(
+                                   experiments.c.instructions, experiments.c.user_id, experiments.c.account_id).where(
             experiments.c.chamber_id == chamber_id, experiments.c.status == "QUEUED").order_by(
-            experiments.c.seq).limit(1).with_for_update(skip_locked=True)).first()
+            *fair_queue.claim_order(chamber_id)).limit(1).with_for_update(skip_locked=True)).first()
         if row is None:
             return None
         taken = db.execute(experiments.update().where(
@@ -232,7 +200,14 @@ def claim_next(engine: Engine, chamber_id: str, worker_id: str, now: float) -> C
             status="RUNNING", started_on=now, worker_id=worker_id)).rowcount
         if not taken:
             return None
-    return Claimed(row.experiment_id, chamber_id, row.config, json.loads(row.instructions), row.user_id)
+    return Claimed(row.experiment_id, chamber_id, row.config, json.loads(row.instructions), row.user_id,
+                   row.account_id)
+
+
+def has_queued(engine: Engine, chamber_id: str) -> bool:
+    with engine.connect() as db:
+        return db.scalar(sa.select(experiments.c.seq).where(experiments.c.chamber_id == chamber_id,
+                                                            experiments.c.status == "QUEUED").limit(1)) is not None
 
 
 def set_progress(engine: Engine, experiment_id: str, current: int) -> str:
@@ -296,14 +271,36 @@ def finish(engine: Engine, experiment_id: str, *, status: str, now: float, reaso
         return bool(db.execute(experiments.update().where(*condition).values(**values)).rowcount)
 
 
-def zip_of(engine: Engine, experiment_id: str, token: str) -> tuple[bytes, str] | None:
-    """The zip and its checksum, if `token` is the experiment's download token."""
+def zip_of(engine: Engine, experiment_id: str, token: str, *, now: float | None = None,
+           ttl_s: float | None = None) -> tuple[bytes, str] | None:
+    """The zip and its checksum, if `token` is the experiment's download token, the link has not expired
+    (`ttl_s` after the experiment ended, by `now`) and the account that owns it still exists."""
     with engine.connect() as db:
-        row = db.execute(sa.select(experiments.c.zip_data, experiments.c.checksum, experiments.c.download_token).where(
+        row = db.execute(sa.select(experiments.c.zip_data, experiments.c.checksum, experiments.c.download_token,
+                                   experiments.c.finished_on, users.c.name).select_from(experiments.outerjoin(
+            users, users.c.account_id == experiments.c.account_id)).where(
             experiments.c.experiment_id == experiment_id)).first()
     if row is None or row.zip_data is None or not secrets.compare_digest(row.download_token or "", token):
         return None
+    if row.name is None:  # its account was removed: its links died with it (the operator exports the data)
+        return None
+    if ttl_s is not None and now is not None and row.finished_on is not None and now > row.finished_on + ttl_s:
+        return None
     return bytes(row.zip_data), row.checksum
+
+
+def orphaned(engine: Engine, ttl: float) -> list[dict[str, Any]]:
+    """RUNNING or STOPPING experiments whose chamber has no live lease by the database's clock, or whose lease
+    is held by another worker than the one running them (one query: what the reaper ends)."""
+    now = db_epoch(engine)
+    alive = sa.and_(chambers.c.worker_id.is_not(None), chambers.c.heartbeat_at.is_not(None),
+                    now - chambers.c.heartbeat_at <= ttl)
+    with engine.connect() as db:
+        rows = db.execute(sa.select(*_PUBLIC).select_from(experiments.join(
+            chambers, chambers.c.chamber_id == experiments.c.chamber_id)).where(
+            experiments.c.status.in_(ACTIVE), sa.or_(sa.not_(alive),
+                                                     chambers.c.worker_id != experiments.c.worker_id))).mappings()
+        return [dict(r) for r in rows]
 
 
 def running_on(engine: Engine, chamber_id: str) -> list[dict[str, Any]]:
@@ -371,6 +368,22 @@ def heartbeat(engine: Engine, chamber_id: str, worker_id: str, status: str | Non
             chambers.c.chamber_id == chamber_id, chambers.c.worker_id == worker_id).values(**values)).rowcount)
 
 
+def heartbeat_many(engine: Engine, beats: Sequence[tuple[str, str, str | None, str | None]]) -> set[str]:
+    """Renew several leases in one transaction ((chamber, worker, status, detail) each); the chambers whose lease
+    another worker holds now."""
+    lost: set[str] = set()
+    if not beats:
+        return lost
+    now = db_epoch(engine)
+    with engine.begin() as db:
+        for chamber_id, worker_id, status, detail in beats:
+            if not db.execute(chambers.update().where(chambers.c.chamber_id == chamber_id,
+                                                      chambers.c.worker_id == worker_id).values(
+                    heartbeat_at=now, status=status, detail=detail)).rowcount:
+                lost.add(chamber_id)
+    return lost
+
+
 def release_lease(engine: Engine, chamber_id: str, worker_id: str) -> None:
     with engine.begin() as db:
         db.execute(chambers.update().where(chambers.c.chamber_id == chamber_id,
@@ -391,106 +404,3 @@ def chamber_rows(engine: Engine, ttl: float | None = None) -> dict[str, dict[str
     return out
 
 
-# ------------------------------------------------------------------------------------------------ sessions
-def open_session(engine: Engine, *, chamber_id: str, user_id: str, config: str, now: float) -> tuple[str, int]:
-    """A new session (OPENING) and its `open` call for the chamber's worker; (session id, call id)."""
-    session_id = new_id("ses")
-    with engine.begin() as db:
-        db.execute(sessions.insert().values(session_id=session_id, chamber_id=chamber_id, user_id=user_id,
-                                            config=config, state="OPENING", created_on=now))
-        call = db.execute(session_calls.insert().values(
-            session_id=session_id, chamber_id=chamber_id, kind="open", instructions="[]", state="PENDING",
-            created_on=now)).inserted_primary_key[0]
-    return session_id, int(call)
-
-
-def get_session(engine: Engine, session_id: str) -> dict[str, Any] | None:
-    with engine.connect() as db:
-        row = db.execute(sa.select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
-    return dict(row) if row else None
-
-
-def add_call(engine: Engine, session_id: str, chamber_id: str, instructions: Sequence[str], now: float) -> int | None:
-    """Queue a session's instructions for its worker; None when a call of this session is still unanswered."""
-    with engine.begin() as db:
-        busy = db.scalar(sa.select(sa.func.count()).select_from(session_calls).where(
-            session_calls.c.session_id == session_id, session_calls.c.state.in_(("PENDING", "RUNNING"))))
-        if busy:
-            return None
-        return int(db.execute(session_calls.insert().values(
-            session_id=session_id, chamber_id=chamber_id, kind="instructions",
-            instructions=json.dumps(list(instructions)), state="PENDING", created_on=now)).inserted_primary_key[0])
-
-
-def next_call(engine: Engine, chamber_id: str) -> dict[str, Any] | None:
-    """The chamber's oldest unanswered call, taken (RUNNING) by the caller."""
-    with engine.begin() as db:
-        row = db.execute(sa.select(session_calls).where(
-            session_calls.c.chamber_id == chamber_id, session_calls.c.state == "PENDING").order_by(
-            session_calls.c.call_id).limit(1).with_for_update(skip_locked=True)).mappings().first()
-        if row is None:
-            return None
-        taken = db.execute(session_calls.update().where(session_calls.c.call_id == row["call_id"],
-                                                        session_calls.c.state == "PENDING").values(
-            state="RUNNING")).rowcount
-    return dict(row) if taken else None
-
-
-def answer_call(engine: Engine, call_id: int, *, result_csv: str | None = None, error_status: int | None = None,
-                error_message: str | None = None) -> bool:
-    """Answer a call the worker took; False when the API gave up on it meanwhile (its answer stands)."""
-    state = "FAILED" if error_status else "DONE"
-    with engine.begin() as db:
-        return bool(db.execute(session_calls.update().where(
-            session_calls.c.call_id == call_id, session_calls.c.state == "RUNNING").values(
-            state=state, result_csv=result_csv, error_status=error_status, error_message=error_message)).rowcount)
-
-
-def call_of(engine: Engine, call_id: int) -> dict[str, Any] | None:
-    with engine.connect() as db:
-        row = db.execute(sa.select(session_calls).where(session_calls.c.call_id == call_id)).mappings().first()
-    return dict(row) if row else None
-
-
-def fail_call(engine: Engine, call_id: int, status: int, message: str) -> bool:
-    """Fail a call nobody answered (its worker is gone); False when a worker answered it meanwhile."""
-    with engine.begin() as db:
-        return bool(db.execute(session_calls.update().where(
-            session_calls.c.call_id == call_id, session_calls.c.state.in_(("PENDING", "RUNNING"))).values(
-            state="FAILED", error_status=status, error_message=message)).rowcount)
-
-
-def set_session_state(engine: Engine, session_id: str, state: str, reason: str | None = None) -> None:
-    with engine.begin() as db:
-        db.execute(sessions.update().where(sessions.c.session_id == session_id).values(state=state, reason=reason))
-
-
-def activate_session(engine: Engine, session_id: str, chamber_id: str) -> None:
-    """The session holds the chamber now: every other open session of that chamber ends (taken over)."""
-    with engine.begin() as db:
-        db.execute(sessions.update().where(sessions.c.chamber_id == chamber_id, sessions.c.state == "OPEN",
-                                           sessions.c.session_id != session_id).values(
-            state="ENDED", reason=f"another session ({session_id}) took chamber {chamber_id}"))
-        db.execute(sessions.update().where(sessions.c.session_id == session_id).values(state="OPEN"))
-
-
-def end_sessions_of(engine: Engine, chamber_id: str, reason: str) -> None:
-    with engine.begin() as db:
-        db.execute(sessions.update().where(sessions.c.chamber_id == chamber_id,
-                                           sessions.c.state.in_(("OPEN", "OPENING"))).values(state="ENDED",
-                                                                                            reason=reason))
-        db.execute(session_calls.update().where(session_calls.c.chamber_id == chamber_id,
-                                                session_calls.c.state.in_(("PENDING", "RUNNING"))).values(
-            state="FAILED", error_status=409, error_message=reason))
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.01,
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Any:
-    """Poll `predicate` until it returns something truthy or `timeout` passes (then its last value)."""
-    deadline = clock() + timeout
-    while True:
-        value = predicate()
-        if value or clock() >= deadline:
-            return value
-        sleep(min(interval, max(0.0, deadline - clock())))
-        interval = min(interval * 1.5, 0.1)

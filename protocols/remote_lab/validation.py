@@ -9,6 +9,11 @@ the worker cannot disagree. The Remote Lab language is SET, MSR and WAIT only (n
 WAIT_INPUT, no RST: the lab resets the chamber itself). The authors' client writes SET values with Python's
 float repr (`SET,pot_1,1e-05`), which the Mk1 host grammar has no exponent for: such a value is rewritten to its
 plain decimal before the check, so what is checked is what is sent.
+
+The planned chamber time of a protocol (`planned_seconds`) is what the caps on one real-time call and on a user's
+queued work count: each MSR's rows at the board's row period (firmware_bridge.session.BOARD_PACE), each WAIT, and
+each SET as the protocol planner prices a change (protocols.planner.change_seconds: a round trip, a fan's
+spin-up, a stepper's travel), from the chamber's state after a reset.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from typing import Sequence
 
 from chamber.catalogue import VariableCatalogue
 from chamber.limits import OperatorLimits
-from chamber.protocol_language import (MeasureInstruction, Protocol, ProtocolError, WaitInstruction, parse_protocol,
-                                       validate_protocol)
+from chamber.protocol_language import (MeasureInstruction, Protocol, ProtocolError, SetInstruction, WaitInstruction,
+                                       parse_protocol, validate_protocol)
+from firmware_bridge.session import BOARD_PACE, UNKNOWN_PACE
 from firmware_bridge.variables import layout_for
+from protocols.planner import change_seconds
 from protocols.remote_lab.lab_file import Caps
 
 _EXPONENT = re.compile(r"^SET,([a-z0-9_]*),(-?\d+(?:\.\d*)?[eE][-+]?\d{1,3})$")  # a float's repr: |exp| < 400
@@ -40,6 +47,7 @@ class Checked:
     instructions: list[str]
     rows: int
     wait_ms: int
+    planned_s: float = 0.0  # the chamber time it plans (planned_seconds)
 
 
 def plain_decimal(instruction: str) -> str:
@@ -89,7 +97,27 @@ def check_protocol(instructions: Sequence[object], *, kind: str, config: str, li
     except ProtocolError as exc:
         raise InvalidProtocol(_one_line(str(exc)).replace("nothing was sent", "nothing was queued")) from None
     _check_caps(protocol, caps)
-    return Checked(texts, protocol.rows, protocol.wait_ms)
+    return Checked(texts, protocol.rows, protocol.wait_ms, planned_seconds(protocol, kind))
+
+
+def planned_seconds(protocol: Protocol, kind: str) -> float:
+    """The chamber time `protocol` plans on a `kind` chamber: rows at its row period, WAITs, SET changes."""
+    row_s = BOARD_PACE.get(kind, UNKNOWN_PACE).row_s
+    state: dict[str, float] = {}
+    total = 0.0
+    for instruction in protocol.instructions:
+        if isinstance(instruction, MeasureInstruction):
+            total += instruction.rows * row_s
+        elif isinstance(instruction, WaitInstruction):
+            total += instruction.ms / 1000.0
+        elif isinstance(instruction, SetInstruction):
+            try:
+                value = float(instruction.value)
+            except ValueError:
+                continue
+            total += change_seconds(state, {instruction.variable: value})
+            state[instruction.variable] = value
+    return total
 
 
 def _check_caps(protocol: Protocol, caps: Caps) -> None:

@@ -8,6 +8,11 @@ had effects — and the next worker applies the chamber's safe state before anyt
 chunk arrives, so a killed worker loses none it received. Experiments run through the bench's own protocol
 runner (chamber.protocol_runner) and driver, so the lab's rules are the bench's rules: validation before the first
 byte, a stop between rows, the safe state on every way out (chamber.safe_state.apply_safe_state).
+
+Why it sleeps on wake-ups (issue 32: an idle worker polled every 20 ms): it looks at the database once, then waits
+until the API says there is work for its chamber (wakeups.py: in-process, or LISTEN/NOTIFY on PostgreSQL), with a
+slow fallback poll. Between experiments it restores the chamber's standard settings instead of resetting the board
+when the last one ended safe (preparation.py); the lab entry's `prepare: reset` keeps the reset.
 """
 
 from __future__ import annotations
@@ -31,17 +36,18 @@ from chamber.public_csv import PublicCsvWriter, header
 from chamber.safe_state import apply_safe_state
 from chamber.stop import StopRequest
 from firmware_bridge.errors import BridgeError
-from protocols.remote_lab import store
+from protocols.remote_lab import session_store, store
 from protocols.remote_lab.lab_file import EMULATED, Lab
+from protocols.remote_lab.preparation import Standard, read_standard, restore_standard
 from protocols.remote_lab.realtime import answer_call, no_operator
 from protocols.remote_lab.results import build_zip
+from protocols.remote_lab.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 6.0
 """A worker whose heartbeat is older than this is taken for dead (heartbeats go every HEARTBEAT_S)."""
-HEARTBEAT_S = 1.0
-POLL_S = 0.02
+HEARTBEAT_S = 2.0
 PROGRESS_EVERY_S = 0.2
 
 
@@ -80,11 +86,10 @@ def open_board(lab: Lab, chamber_id: str, stack: contextlib.ExitStack, seed: int
 
 def reap(engine: Engine, ttl: float = LEASE_TTL_S) -> list[str]:
     """End the experiments whose worker stopped mid-run (no live lease by the database's clock): FAILED with the
-    reason and the rows it kept (downloadable); never re-queued. Returns their ids."""
+    reason and the rows it kept (downloadable); never re-queued. Returns their ids. One query when none is."""
     ended = []
-    for chamber_id, row in store.chamber_rows(engine, ttl).items():
-        if not row["alive"]:
-            ended += fail_orphans(engine, chamber_id, ttl, f"no heartbeat for over {ttl:g} s")
+    for chamber_id in sorted({e["chamber_id"] for e in store.orphaned(engine, ttl)}):
+        ended += fail_orphans(engine, chamber_id, ttl, f"no heartbeat for over {ttl:g} s")
     return ended
 
 
@@ -107,16 +112,67 @@ def fail_orphans(engine: Engine, chamber_id: str, ttl: float, why: str) -> list[
 
 
 def finish_with_rows(engine: Engine, experiment_id: str, status: str, reason: str | None, now: float,
-                     chamber_id: str, config: str | None = None, worker_id: str | None = None) -> bool:
-    """Build the zip of what was measured and end the experiment with it (one transaction)."""
+                     chamber_id: str, config: str | None = None, worker_id: str | None = None,
+                     extra: dict[str, Any] | None = None) -> bool:
+    """Build the zip of what was measured and end the experiment with it (one transaction). `extra`: more
+    metadata (how the chamber was prepared)."""
     head, chunks, n_rows = store.rows_of(engine, experiment_id)
     row = store.get_experiment(engine, experiment_id) or {}
     data, checksum = build_zip(experiment_id, head, chunks, n_rows, {
         "chamber_id": chamber_id, "config": config or row.get("config"), "status": status, "reason": reason,
         "tag": row.get("tag"), "user_id": row.get("user_id"), "submitted_on": row.get("submitted_on"),
-        "started_on": row.get("started_on"), "finished_on": now})
+        "started_on": row.get("started_on"), "finished_on": now, **(extra or {})})
     return store.finish(engine, experiment_id, status=status, now=now, reason=reason, zip_data=data,
                         checksum=checksum, worker_id=worker_id)
+
+
+class Heartbeats:
+    """One lease-renewing thread per process: every HEARTBEAT_S, one transaction renews the lease of every chamber
+    this process serves (five idle chambers cost one transaction per beat, not five). A worker whose lease another
+    worker took is told through its `lost` event."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._workers: dict[str, "ChamberWorker"] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, worker: "ChamberWorker") -> None:
+        with self._lock:
+            self._workers[worker.chamber_id] = worker
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lab-heartbeats", daemon=True)
+                self._thread.start()
+
+    def remove(self, worker: "ChamberWorker") -> None:
+        with self._lock:
+            if self._workers.get(worker.chamber_id) is worker:
+                del self._workers[worker.chamber_id]
+
+    def beat(self) -> None:
+        with self._lock:
+            workers = [w for w in self._workers.values() if not w.lost.is_set()]
+        try:
+            lost = store.heartbeat_many(self.engine, [(w.chamber_id, w.worker_id, w.status, w.detail)
+                                                      for w in workers])
+        except SQLAlchemyError as exc:  # the database away for a moment: the next beat tries again
+            log.warning("heartbeat failed: %s", _first_line(exc))
+            return
+        for worker in workers:
+            if worker.chamber_id in lost:
+                log.error("%s: lease lost to another worker; stopping", worker.chamber_id)
+                worker.lost.set()
+                worker.wakeups.notify_local(worker.topic)
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self.beat()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 class ChamberWorker:
@@ -124,8 +180,18 @@ class ChamberWorker:
 
     def __init__(self, engine: Engine, lab: Lab, chamber_id: str, *, worker_id: str | None = None,
                  clock: Callable[[], float] = time.time, ttl: float = LEASE_TTL_S,
-                 open_chamber: Callable[[contextlib.ExitStack], Any] | None = None):
+                 open_chamber: Callable[[contextlib.ExitStack], Any] | None = None, wakeups: Wakeups | None = None,
+                 heartbeats: Heartbeats | None = None):
         self.engine, self.lab, self.chamber_id = engine, lab, chamber_id
+        self.wakeups = wakeups or Wakeups()
+        self.heartbeats = heartbeats  # None: serve() renews this chamber's lease on a thread of its own
+        self.topic = f"chamber:{chamber_id}"
+        self.prepare_mode = lab.entry(chamber_id).prepare
+        self.standard: Standard | None = None  # the settings after the last reset and safe state (preparation.py)
+        self.clean_end = False  # the last experiment ended with its safe state read back, no reconnection
+        self._reconnects_seen = 0
+        self.prepared: dict[str, Any] | None = None  # the last preparation, for the experiment's metadata
+        self.preparations: list[tuple[str, float]] = []  # (reset | restore, seconds) of each experiment
         self.worker_id = worker_id or default_worker_id(chamber_id)
         self.clock, self.ttl = clock, ttl
         self.mode = lab.entry(chamber_id).mode
@@ -155,13 +221,15 @@ class ChamberWorker:
                 raise WorkerRefused(f"chamber {self.chamber_id} is served by worker {holder['worker_id']} (heartbeat "
                                     f"{float(holder['age_s'] or 0.0):.1f} s ago); one worker per chamber")
         fail_orphans(self.engine, self.chamber_id, self.ttl, "its lease was taken over")
-        store.end_sessions_of(self.engine, self.chamber_id, f"chamber {self.chamber_id} was restarted")
+        session_store.end_sessions_of(self.engine, self.chamber_id, f"chamber {self.chamber_id} was restarted")
 
     def serve(self, stop: threading.Event) -> None:
         """Take the lease, connect, make safe, then serve until `stop`; the chamber is left safe on every way out."""
         self.take()
-        beat = threading.Thread(target=self._heartbeats, args=(stop,), daemon=True, name=f"beat-{self.chamber_id}")
-        beat.start()
+        beats = self.heartbeats or Heartbeats(self.engine)
+        beats.add(self)
+        watch = threading.Thread(target=self._watch, args=(stop,), daemon=True, name=f"watch-{self.chamber_id}")
+        watch.start()
         try:
             with contextlib.ExitStack() as stack:
                 self._connect(stack, stop)
@@ -173,7 +241,11 @@ class ChamberWorker:
                         log.info("%s: %s", self.chamber_id, self.final_safe.text)
         finally:
             self.lost.set()
-            beat.join(timeout=5)
+            self.wakeups.notify_local(self.topic)
+            watch.join(timeout=5)
+            beats.remove(self)
+            if beats is not self.heartbeats:
+                beats.close()
             store.release_lease(self.engine, self.chamber_id, self.worker_id)
 
     def _connect(self, stack: contextlib.ExitStack, stop: threading.Event) -> None:
@@ -188,27 +260,22 @@ class ChamberWorker:
         self._say("READY" if outcome.confirmed else "ERROR", None if outcome.confirmed else outcome.text)
         self.started.set()
 
-    def _heartbeats(self, stop: threading.Event) -> None:
+    def _watch(self, stop: threading.Event) -> None:
+        """While an experiment or a call runs, look at its status every HEARTBEAT_S and at once on the chamber's
+        wake-ups (a cancel), so a cancel or a stop reaches it inside a long WAIT too; while idle, only sleep."""
         while not stop.is_set() and not self.lost.is_set():
+            since = self.wakeups.generation(self.topic)
+            current = self.current
             try:
-                if not store.heartbeat(self.engine, self.chamber_id, self.worker_id, self.status, self.detail):
-                    log.error("%s: lease lost to another worker; stopping", self.chamber_id)
-                    self.lost.set()
-                current = self.current
-                if current is not None:  # a cancel or a stop must reach an experiment inside a long WAIT too
-                    if self.lost.is_set() or stop.is_set():
-                        current[1].request("worker stopping")
-                    elif current[0] is not None:
-                        status = store.status_of(self.engine, current[0])
-                        if status == "STOPPING":
-                            current[1].request("canceled")
-                        elif status not in store.ACTIVE:  # ended by the reaper while alive: stop, it is over
-                            current[1].request("ended elsewhere")
-            except SQLAlchemyError as exc:  # the database away for a moment: the next beat tries again
-                log.warning("%s: heartbeat failed: %s", self.chamber_id, _first_line(exc))
-            if self.lost.is_set():
-                return
-            stop.wait(HEARTBEAT_S)
+                if current is not None and current[0] is not None:
+                    status = store.status_of(self.engine, current[0])
+                    if status == "STOPPING":
+                        current[1].request("canceled")
+                    elif status not in store.ACTIVE:  # ended by the reaper while alive: stop, it is over
+                        current[1].request("ended elsewhere")
+            except SQLAlchemyError as exc:  # the database away for a moment: the next look tries again
+                log.warning("%s: status check failed: %s", self.chamber_id, _first_line(exc))
+            self.wakeups.wait(self.topic, since, HEARTBEAT_S if current is not None else None, stop=stop)
         current = self.current
         if current is not None:  # stopping: an experiment inside a long WAIT stops now, not when the WAIT ends
             current[1].request("worker stopping")
@@ -228,7 +295,9 @@ class ChamberWorker:
                 stop.wait(1.0)
 
     def _turn(self, stop: threading.Event) -> None:
-        """One turn of the loop: finish what is owed, recover, then one experiment or call, else a short pause."""
+        """One turn of the loop: finish what is owed, recover, then one experiment or call, else sleep until the
+        chamber's wake-up (or the slow fallback poll)."""
+        since = self.wakeups.generation(self.topic)
         if self.unfinished:  # nothing new starts before every experiment taken has ended
             self._retry_unfinished()
             stop.wait(1.0)
@@ -236,7 +305,7 @@ class ChamberWorker:
         if self.status == "ERROR" and not self._recover(stop):
             return
         if self.mode == "real-time":
-            call = store.next_call(self.engine, self.chamber_id)
+            call = session_store.next_call(self.engine, self.chamber_id)
             if call is not None:
                 self._answer(call)
                 return
@@ -245,7 +314,7 @@ class ChamberWorker:
             if claimed is not None:
                 self.run_experiment(claimed, stop)
                 return
-        stop.wait(POLL_S)
+        self.wakeups.wait(self.topic, since, stop=stop)
 
     def _recover(self, stop: threading.Event) -> bool:
         """After a lost board: reset it and make it safe; False (after a pause) while it does not answer."""
@@ -292,7 +361,9 @@ class ChamberWorker:
                 halt.request("canceled")
 
         status, reason = "FAILED", None
+        self.prepared = None
         self.current = (experiment_id, halt)
+        self.wakeups.notify_local(self.topic)  # the watch looks at it from now on
         try:
             store.set_header(self.engine, experiment_id, header(chamber.layout.names))
             protocol = parse_protocol(claimed.instructions, source=experiment_id)
@@ -300,10 +371,7 @@ class ChamberWorker:
             if claimed.config != chamber.config:
                 raise ChamberError(f"chamber {self.chamber_id} is in config {chamber.config}; the experiment asked "
                                    f"for {claimed.config}")
-            chamber.reset()  # every experiment starts from the power-on state, then the safe settings
-            start = apply_safe_state(chamber, self.safe)
-            if not start.confirmed:
-                raise ChamberError(f"safe state before the experiment unconfirmed: {start.text}")
+            self.prepare()  # every experiment starts from the standard settings: restored, or after a reset
             outcome = run_protocol(chamber, protocol, on_frame=keep, stop=halt, wait=halt.wait,
                                    ask=no_operator, on_instruction=progress)
             if outcome.error:
@@ -325,18 +393,47 @@ class ChamberWorker:
             reason = f"the lab's database refused the rows ({_first_line(exc)}); the rows stored before are kept"
             log.error("%s: %s: %s", self.chamber_id, experiment_id, reason)
         self.current = None
+        reconnects = chamber.link_stats().get("reconnects", 0) if self.chamber is not None else 0
         self._end(experiment_id, status, reason, chamber.config)
         safe = apply_safe_state(chamber, self.safe)
+        self.clean_end = safe.confirmed and self.status != "ERROR" and reconnects == self._reconnects_seen
         if self.status != "ERROR":
             self._say("READY" if safe.confirmed else "ERROR", None if safe.confirmed else safe.text)
         self.experiments_run += 1
         return status
 
+    def prepare(self) -> str:
+        """Bring the chamber to its standard settings before an experiment: restored and read back when the last
+        one ended clean and the lab entry allows it, else a reset and the safe state (the standard read anew).
+        Returns how (restore | reset); ChamberError when even the reset leaves it unconfirmed."""
+        started = time.monotonic()
+        chamber, how = self.chamber, "reset"
+        if self.prepare_mode == "restore" and self.clean_end and self.standard is not None:
+            restored = restore_standard(chamber, self.standard)
+            if restored.ok:
+                how = "restore"
+            else:
+                log.info("%s: resetting before the experiment: %s", self.chamber_id, restored.why)
+        self.clean_end = False
+        if how == "reset":
+            chamber.reset()
+            start = apply_safe_state(chamber, self.safe)
+            if not start.confirmed:
+                self.standard = None
+                raise ChamberError(f"safe state before the experiment unconfirmed: {start.text}")
+            self.standard = read_standard(chamber)
+        self._reconnects_seen = chamber.link_stats().get("reconnects", 0)
+        self.preparations.append((how, time.monotonic() - started))
+        self.prepared = {"how": how, "seconds": round(self.preparations[-1][1], 4)}
+        del self.preparations[:-100]
+        return how
+
     def _end(self, experiment_id: str, status: str, reason: str | None, config: str) -> None:
         """End the experiment with the zip of its rows; when the database cannot take the zip (a full disk), end it
         FAILED without one (never a zip without its checksum); when it cannot take even that, retry later."""
         try:
-            finish_with_rows(self.engine, experiment_id, status, reason, self.clock(), self.chamber_id, config)
+            finish_with_rows(self.engine, experiment_id, status, reason, self.clock(), self.chamber_id, config,
+                             extra={"preparation": self.prepared})
             return
         except SQLAlchemyError as exc:
             why = (f"the result could not be stored ({_first_line(exc)}); "
@@ -361,6 +458,10 @@ class ChamberWorker:
     # --------------------------------------------------------------------------------------- real-time calls
     def _answer(self, call: dict[str, Any]) -> None:
         self._say("EXECUTING")
-        answer_call(self, call)
+        try:
+            answer_call(self, call)
+        finally:
+            self.wakeups.notify(f"call:{call['call_id']}")
+        self.clean_end = False  # a session leaves the chamber as its user set it: the next experiment resets
         if self.status == "EXECUTING":
             self._say("READY")
