@@ -189,10 +189,15 @@ STATE_DIR_ENV = "CHAMBERLAB_STATE_DIR"
 
 def link_state_dir(selection: ChamberSelection, environ: Mapping[str, str]) -> Path | None:
     """Where the serial ports' link journals live (firmware_bridge/link_journal.py): the selection's `state_dir`,
-    else env CHAMBERLAB_STATE_DIR, else $XDG_STATE_HOME/chamberlab/links, else $HOME/.local/state/chamberlab/links
-    (the XDG default); None (no journal) only when none of these is known."""
+    else `default_link_state_dir(environ)`."""
     if selection.state_dir is not None:
         return selection.state_dir
+    return default_link_state_dir(environ)
+
+
+def default_link_state_dir(environ: Mapping[str, str]) -> Path | None:
+    """Env CHAMBERLAB_STATE_DIR, else $XDG_STATE_HOME/chamberlab/links, else $HOME/.local/state/chamberlab/links
+    (the XDG default); None (no journal) only when none of these is known."""
     if environ.get(STATE_DIR_ENV):
         return Path(environ[STATE_DIR_ENV])
     if environ.get("XDG_STATE_HOME"):

@@ -170,10 +170,8 @@ def test_a_cancel_reaches_an_experiment_inside_a_long_wait(engine):
     with serving(engine, boards):
         experiment_id = submit(engine, ["MSR,3,0", "WAIT,60000", "MSR,3,0"])
         wait_until(lambda: store.get_experiment(engine, experiment_id)["n_observations"] == 3)
-        started = time.monotonic()
         assert store.cancel(engine, experiment_id, time.time()) == "STOPPING"
-        row = final(engine, experiment_id, timeout=10)
-        assert time.monotonic() - started < 5  # the heartbeat's check, not the end of the 60 s WAIT
+        row = final(engine, experiment_id, timeout=10)  # ended within 10 s: the heartbeat's check cut the 60 s WAIT
         assert row["status"] == "CANCELED" and len(zip_rows(engine, row)) == 3
         assert boards[0].firmware.variables["load_in"] == 0.0  # left in its safe state
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from chamber.emulated import EmulatedSpec, EmulatedUrlError, parse_emulated_url
 from chamber.limits import LimitsFileError, OperatorLimits, parse_limits
 from chamber.safe_state import SafeState, parse_safe_state, resolve_safe_state
 from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
@@ -75,6 +76,11 @@ class ChamberEntry(BaseModel):
                              "a real board")
         if self.board.startswith(EMULATED) and self.kind not in (None, kind):
             raise ValueError(f"board {self.board!r} is a {kind} but kind says {self.kind}")
+        if self.board.startswith(EMULATED):
+            try:  # a unit serial or pace that cannot be served is refused when the file is read, not at the worker
+                parse_emulated_url(self.board)
+            except EmulatedUrlError as exc:
+                raise ValueError(str(exc)) from None
         unknown = [c for c in self.configs if (kind, c) not in LAYOUTS]
         if unknown:
             known = ", ".join(c for k, c in LAYOUTS if k == kind)
@@ -89,8 +95,9 @@ class ChamberEntry(BaseModel):
         return self.kind
 
     @property
-    def emulated_pace(self) -> str:
-        return "real" if self.board.endswith("?pace=real") else "fast"
+    def emulated(self) -> EmulatedSpec | None:
+        """The emulated board this entry names (its kind, unit serial and pace), or None for a real board."""
+        return parse_emulated_url(self.board) if self.board.startswith(EMULATED) else None
 
 
 class LabFile(BaseModel):
@@ -186,12 +193,13 @@ def load_lab(path: str | Path) -> Lab:
 
 
 DEMO_LAB: dict[str, Any] = {"chambers": {
-    "wt-queue-1": {"board": "emulated:wt", "mode": "queue"},
-    "lt-queue-1": {"board": "emulated:lt", "mode": "queue"},
-    "wt-rt-1": {"board": "emulated:wt", "mode": "real-time"},
-    "lt-rt-1": {"board": "emulated:lt", "mode": "real-time"},
+    "wt-queue-1": {"board": "emulated:wt?unit=1", "mode": "queue"},
+    "lt-queue-1": {"board": "emulated:lt?unit=1", "mode": "queue"},
+    "wt-rt-1": {"board": "emulated:wt?unit=2", "mode": "real-time"},
+    "lt-rt-1": {"board": "emulated:lt?unit=2", "mode": "real-time"},
 }}
-"""The lab `lab serve` runs without --config: emulated boards, a wind and a light tunnel in each mode."""
+"""The lab `lab serve` runs without --config: emulated boards, a wind and a light tunnel in each mode, each a
+distinct unit (simulator/units.py), as the chambers of a real lab are."""
 
 
 def demo_lab() -> Lab:

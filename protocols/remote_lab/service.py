@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from chamber.remote_lab_backend import write_credentials
+from chamber.selection import default_link_state_dir
 from protocols.remote_lab import audit, store
 from protocols.remote_lab.accounts import Accounts, AccountError, read_password_file
 from protocols.remote_lab.files import private_file, private_folder
@@ -170,7 +171,8 @@ class Workers:
     """Worker threads, one per chamber; `stop()` asks them to stop and waits (each leaves its chamber safe)."""
 
     def __init__(self, engine: Any, lab: Lab, chamber_ids: Sequence[str], say: Callable[[str], None],
-                 clock: Callable[[], float] = time.time, wakeups: Wakeups | None = None):
+                 clock: Callable[[], float] = time.time, wakeups: Wakeups | None = None,
+                 journal_dir: Path | None = None):
         unknown = [c for c in chamber_ids if c not in lab.spec.chambers]
         if unknown:
             raise ValueError(f"--chamber/--worker {unknown[0]!r}: not in the lab file; chambers: "
@@ -178,8 +180,8 @@ class Workers:
         self.stop_event = threading.Event()
         self.wakeups = wakeups or Wakeups()
         self.heartbeats = Heartbeats(engine)  # one transaction per beat for all of this process's chambers
-        self.workers = [ChamberWorker(engine, lab, c, clock=clock, wakeups=self.wakeups, heartbeats=self.heartbeats)
-                        for c in chamber_ids]
+        self.workers = [ChamberWorker(engine, lab, c, clock=clock, wakeups=self.wakeups, heartbeats=self.heartbeats,
+                                      journal_dir=journal_dir) for c in chamber_ids]
         self.errors: dict[str, str] = {}
         self.say = say
         self.threads = [threading.Thread(target=self._serve, args=(w,), name=f"lab-worker-{w.chamber_id}",
@@ -300,7 +302,8 @@ def serve_lab(*, config: Path | None, db: str | None, data: Path | None, host: s
     app = create_app(engine, lab, accounts, scheduler_id=scheduler_id, codebase_version=_version(),
                      wakeups=wakeups, public_url=public_url)
     stop = stop or threading.Event()
-    workers = Workers(engine, lab, chamber_ids, say, wakeups=wakeups).start()
+    workers = Workers(engine, lab, chamber_ids, say, wakeups=wakeups,
+                      journal_dir=default_link_state_dir(os.environ)).start()
     reaper = threading.Thread(target=_reaper, args=(engine, stop), daemon=True, name="lab-reaper")
     reaper.start()
     code: int | None = None
@@ -340,7 +343,8 @@ def run_workers(*, config: Path, db: str | None, data: Path | None, chamber: Seq
     engine = store.open_store(url)
     store.register_chambers(engine, lab.spec.chambers)
     wakeups = wakeups_for(engine, shared_file=url.startswith("sqlite"))
-    workers = Workers(engine, lab, list(chamber), say, wakeups=wakeups).start()
+    workers = Workers(engine, lab, list(chamber), say, wakeups=wakeups,
+                      journal_dir=default_link_state_dir(os.environ)).start()
     stop = stop or threading.Event()
     try:
         failed = workers.wait_started()

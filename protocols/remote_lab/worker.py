@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from sqlalchemy.engine import Engine
@@ -37,7 +38,7 @@ from chamber.safe_state import apply_safe_state
 from chamber.stop import StopRequest
 from firmware_bridge.errors import BridgeError
 from protocols.remote_lab import session_store, store
-from protocols.remote_lab.lab_file import EMULATED, Lab
+from protocols.remote_lab.lab_file import Lab
 from protocols.remote_lab.preparation import Standard, read_standard, restore_standard
 from protocols.remote_lab.realtime import answer_call, no_operator
 from protocols.remote_lab.results import build_zip
@@ -64,19 +65,21 @@ def default_worker_id(chamber_id: str) -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{chamber_id}"
 
 
-def open_board(lab: Lab, chamber_id: str, stack: contextlib.ExitStack, seed: int = 0) -> Any:
+def open_board(lab: Lab, chamber_id: str, stack: contextlib.ExitStack, seed: int = 0,
+               journal_dir: Path | None = None) -> Any:
     """The chamber of the lab file, connected through the driver (an emulated board is started on a pty here and
-    stops with `stack`); refused when the board announces another kind or a config the lab file does not list."""
+    stops with `stack`; a serial one keeps its link journal in `journal_dir`, so a board a killed worker left
+    mid-session is found at once: firmware_bridge/recovery.py); refused when the board announces another kind or a
+    config the lab file does not list."""
     from chamber import open_chamber
 
     entry = lab.entry(chamber_id)
     url = entry.board
-    if url.startswith(EMULATED):
-        from simulator.board import running_board
+    if (spec := entry.emulated) is not None:
+        from chamber.emulated import start_emulated_board
 
-        url = stack.enter_context(running_board(entry.chamber_kind or "wt", transport="pty", seed=seed,
-                                                pace=entry.emulated_pace)).url
-    chamber = open_chamber(url, backend="serial", limits=lab.limits[chamber_id])
+        url = start_emulated_board(stack, spec, seed=seed)
+    chamber = open_chamber(url, backend="serial", limits=lab.limits[chamber_id], journal_dir=journal_dir)
     stack.callback(chamber.close)
     if chamber.layout.chamber != entry.chamber_kind or chamber.config not in entry.configs:
         raise WorkerRefused(f"chamber {chamber_id}: the board at {entry.board} announces {chamber.layout.chamber}/"
@@ -181,7 +184,7 @@ class ChamberWorker:
     def __init__(self, engine: Engine, lab: Lab, chamber_id: str, *, worker_id: str | None = None,
                  clock: Callable[[], float] = time.time, ttl: float = LEASE_TTL_S,
                  open_chamber: Callable[[contextlib.ExitStack], Any] | None = None, wakeups: Wakeups | None = None,
-                 heartbeats: Heartbeats | None = None):
+                 heartbeats: Heartbeats | None = None, journal_dir: Path | None = None):
         self.engine, self.lab, self.chamber_id = engine, lab, chamber_id
         self.wakeups = wakeups or Wakeups()
         self.heartbeats = heartbeats  # None: serve() renews this chamber's lease on a thread of its own
@@ -196,7 +199,7 @@ class ChamberWorker:
         self.clock, self.ttl = clock, ttl
         self.mode = lab.entry(chamber_id).mode
         self.safe = lab.safe[chamber_id]
-        self._open = open_chamber or (lambda stack: open_board(lab, chamber_id, stack))
+        self._open = open_chamber or (lambda stack: open_board(lab, chamber_id, stack, journal_dir=journal_dir))
         self.chamber: Any = None
         self.status, self.detail = "LOADING", None
         self.lost = threading.Event()
