@@ -128,8 +128,7 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "board": [  # chamber info|measure|run|shell: one chamber, serial or in-process
         opt("--port", help="pyserial URL: /dev/ttyACM0, a pty path, socket://host:port; or a Remote Lab chamber "
             "lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]"),
-        LAB_CREDENTIALS,
-        opt("--backend", choices=["serial", "sim"], default="serial",
+        LAB_CREDENTIALS, opt("--backend", choices=["serial", "sim"], default="serial",
             help="serial: the board at --port (default); sim: the simulator in this process"),
         opt("--chamber", choices=["wt", "lt"], default="wt", help=SIM), opt("--config", default="standard", help=SIM),
         opt("--seed", type=SEED, default=0, help=SIM), opt("--params", type=Path, help=f"{SIM} YAML/JSON parameters"),
@@ -146,8 +145,7 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         opt("--port", action="append", default=None, metavar="URL",
             help="pyserial URL of a chamber (device path, pty, socket://) or a Remote Lab chamber "
                  "lab+http://HOST:PORT/v0/CHAMBER_ID[?config=NAME]; repeat for wind + light tunnel"),
-        LAB_CREDENTIALS,
-        opt("--seed", type=SEED, default=0, help="simulator seed (with --backend sim)"),
+        LAB_CREDENTIALS, opt("--seed", type=SEED, default=0, help="simulator seed (with --backend sim)"),
         opt("--params", default=None, help="simulator parameter file, YAML or JSON (with --backend sim)"),
         opt("--limits", default=None, help="operator limits file (YAML/JSON) enforced by the driver"),
         opt("--station", default=None, metavar="STATION_FILE",
@@ -169,12 +167,18 @@ OPTIONS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     "pdf": [opt("pdf", type=Path, help="the datasheet PDF")],
     "page": [opt("page", type=POSITIVE, help="page number (1-based)")],
     "runs-dir": [opt("--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)")],
+    "fleet": [opt("--fleet", metavar="FILE|demo:N", help="every chamber of a fleet file (or demo:N emulated units)")],
 }
 
 
-LAB_STORE = [opt("--db", metavar="URL", help="postgresql://USER:PASSWORD@HOST/DB for a lab over several hosts "
-                  "(default: SQLite in --data)"),
+LAB_STORE = [opt("--db", metavar="URL", help="postgresql://USER@HOST/DB: a lab over hosts (default: SQLite in --data)"),
+             opt("--db-password-file", type=Path, metavar="FILE", help="its password (else PGPASSFILE, PGPASSWORD)"),
              opt("--data", type=Path, help="folder of the lab's SQLite database and demo account (default ./lab-data)")]
+LAB_NET = [opt("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS (and --tls-key)"),
+           opt("--tls-key", type=Path, metavar="PEM", help="the certificate's private key (with --tls-cert)"),
+           opt("--insecure-http", action="store_true", help="plain HTTP off loopback (a TLS proxy in front takes it)"),
+           opt("--trusted-proxy", action="append", default=[], metavar="ADDR", help="believe X-Forwarded-* from it"),
+           opt("--public-url", metavar="URL", help="https://... the lab is reached at (the URLs it hands out)")]
 
 
 def claims_from_args(args: Args, ids: bool = False) -> tuple[dict[str, Any], list[str] | None]:
@@ -245,8 +249,12 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
     sheets = lambda a: getattr(a, "datasheets", None) or shared_dir() / "datasheets"  # noqa: E731
     listed = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     done = lambda d, **kw: lib("protocols.exit_codes").exit_code(d, **kw)  # noqa: E731  (the one exit-code rule)
+    lab_db = lambda a: lib("protocols.remote_lab.service").db_on_command_line(a.db)  # noqa: E731  (no password)
     rows = opt("--rows", type=ROWS, default=200, help="rows per measurement (default 200)")
     claim_id, out = opt("claim_id", help="claim id (see protocols/data/claims/)"), opt("-o", "--output", type=Path)
+    tool_protocol = opt("--tool-protocol", choices=["native", "text"], default="native", help="how tool calls "
+                        "travel: native (the API's tool calls) or text (tools described in the prompt, calls parsed "
+                        "from the reply: for servers or models without working native calls; ?tools=text in a spec)")
     return [
         ("run", "the main job: chambers, calibration, all checks, the sweep, the agent, scores, report",
          job("agent.main_job:run_main_job", "summary_text",
@@ -254,7 +262,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
              progress=lambda a: lib("protocols.bench_job").TextProgress(sys.stderr)), [
             opt("--port", action="append", metavar="URL", help="real chamber(s) instead of the emulated boards "
                 "(repeat for wind + light tunnel; lab+http://HOST:PORT/v0/CHAMBER_ID: a Remote Lab chamber)"),
-            LAB_CREDENTIALS, "runs-dir", "claim-ids", rows,
+            LAB_CREDENTIALS, "runs-dir", "claim-ids", rows, "fleet",
             opt("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)"),
             opt("--resume", type=Path, help="resume this run directory (finished cells kept)"),
             opt("--new", **flag, help="start a new run even if the last one was interrupted (default: resume it)"),
@@ -278,13 +286,13 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
              pool=lambda a: lib("protocols.claim_sources").split_claims_args(a.claims)[0],
              progress=lambda a: lib("protocols.bench_job").TextProgress(sys.stderr) if a.all else None,
              refuse=lambda a: "give one CLAIM_ID or --all" if bool(a.all) == bool(a.claim_id) else None), [
-            opt("claim_id", nargs="?", help="claim id (see protocols/data/claims/)"), "claims", "lab", rows,
+            opt("claim_id", nargs="?", help="claim id (see protocols/data/claims/)"), "claims", "lab", "fleet", rows,
             opt("--all", **flag, help="check every claim and print a table"),
             opt("--calibration", help="a calibration record to use (default: calibrate first)")]),
         ("sweep", "hold one measurement fixed and move the claim's bound through it",
          job("protocols.check_job:sweep_job", "sweep_text", selection=lab_of, refuse=lambda a: lib(
              "protocols.files").check_output_paths({"--csv": a.csv, "--plot": a.plot}, force=a.force)), [
-            opt("claim_id", help="claim id whose bound is swept (e.g. dps310-operating-range)"), "lab",
+            opt("claim_id", help="claim id whose bound is swept (e.g. dps310-operating-range)"), "lab", "fleet",
             opt("--measured", type=decimal_value, help="a given measured value (in the claim's unit)"),
             opt("--u", type=decimal_value, help="its standard uncertainty (with --measured)"),
             opt("--recording", help="a recorded fans-off CSV (public dataset layout)"),
@@ -311,6 +319,9 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("recording", help="experiment CSV in the public dataset layout (timestamp, config, counter, ...)"),
             opt("-o", "--output", required=True, help="parameter file to write (JSON; `sim serve --params`)"), FORCE,
             opt("--base", help="parameter file (YAML or JSON) to start from (default: built-in defaults)")]),
+        ("sim units", "a unit's drawn parameters with their sources", job("protocols.sim_job:units_job", "units_text"),
+         [opt("--kind", choices=["wt", "lt"], default="wt", help="chamber (default wt)"),
+          opt("--unit", type=whole(0, 2**32 - 1), default=0, help="the unit's serial (default 0: today's unit)")]),
         ("chamber info", "connect, and show the board's configuration and variables",
          job("chamber.operator:info_job", "info_text", selection=board_of), ["board"]),
         ("chamber measure", "apply settings, then measure N checked rows",
@@ -366,7 +377,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
         ("extract", "run the instrumented agent on one claim and write its dispatch record",
          job("agent.extract_job:extract_job", "extract_text", lambda d: done(d, incomplete=d["outcome"] != "submitted"),
              claims=claims, datasheets_dir=sheets, model=lambda a: lib("agent.models").with_model_options(
-                 a.model, {} if a.temperature is None else {"temperature": a.temperature})), [
+                 a.model, {**({} if a.temperature is None else {"temperature": a.temperature}),
+                           **({"tools": "text"} if a.tool_protocol == "text" else {})})), [
             claim_id, "claims", "phase-two", opt("--model", required=True, help="scripted:<policy> | <anthropic "
                                                  "model id> | openai:<model> | openai-compat:<base_url>#<model>"),
             opt("--datasheet", type=Path, help="PDF (default: the claim's datasheet in shared/)"),
@@ -381,7 +393,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--effort", help="reasoning effort (OpenAI reasoning, Anthropic effort, chat reasoning_effort)"),
             opt("--max-output-tokens", type=POSITIVE, help="output token limit per model turn"),
             opt("--temperature", type=checked(float, lambda v: 0 <= v <= 2, "a number 0..2"), help="sampling "
-                "temperature (chat completions: openai-compat:...; 0 for reproducible local runs)"),
+                "temperature (chat completions: openai-compat:...; 0 for reproducible local runs)"), tool_protocol,
             opt("--extra-body", metavar="JSON", help="chat completions only: a JSON object merged into each request, "
                 "e.g. '{\"chat_template_kwargs\": {\"enable_thinking\": false}}'")]),
         ("serve", "serve the chamber tools API over HTTP (loopback by default)",
@@ -413,29 +425,28 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--allowed-host", action="append", default=[], metavar="NAME", help="a Host/Origin name besides "
                 "the loopback ones a tokenless server answers (repeatable; others get 403 forbidden_host)")]),
         ("lab serve", "serve our chambers to the authors' causalchamber.lab client: queue and real-time (Remote Lab)",
-         job("protocols.remote_lab.service:serve_lab",
-             on_ready=lambda a: lambda d: show(a, d, lib("protocols.remote_lab.service").serve_text)), [
-            opt("--config", type=Path, help="lab file (YAML/JSON: chambers: {ID: {board, mode, configs, limits, "
-                "safe}}); default: a demo lab of emulated boards and a demo account"), *LAB_STORE,
+         job("protocols.remote_lab.service:serve_lab", refuse=lab_db,
+             on_ready=lambda a: lambda d: show(a, d, lib("protocols.remote_lab.service").serve_text)), [*LAB_NET,
+            opt("--config", type=Path, help="lab file (YAML/JSON, see README; default: the demo lab)"), *LAB_STORE,
             opt("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)"),
             opt("--listen-port", type=TCP_PORT, default=8780, help="TCP port (default 8780; 0 = any free port)"),
-            opt("--worker", action="append", default=[], metavar="CHAMBER_ID", help="run this chamber's worker in "
-                "this process (repeatable; default on SQLite: every chamber; on PostgreSQL: none)"),
-            opt("--no-workers", action="store_true", help="serve the API only (`lab worker` processes run the "
-                "chambers)")]),
+            opt("--worker", action="append", default=[], metavar="CHAMBER_ID", help="its worker here (SQLite: all)"),
+            opt("--no-workers", action="store_true", help="the API only (`lab worker` processes run the chambers)")]),
         ("lab worker", "run the experiments and sessions of chambers plugged into this host (lab spread over hosts)",
-         job("protocols.remote_lab.service:run_workers", on_ready=lambda a: lambda d: say(
+         job("protocols.remote_lab.service:run_workers", refuse=lab_db, on_ready=lambda a: lambda d: say(
              f"serving {', '.join(d['chambers'])} from {d['host']} (database {d['database']}); Ctrl-C stops")), [
             opt("--config", type=Path, required=True, help="the lab file (the same one the API serves)"), *LAB_STORE,
-            opt("--chamber", action="append", required=True, metavar="CHAMBER_ID", help="a chamber of the lab file "
-                "whose board is on this host (repeatable)")]),
+            opt("--chamber", action="append", required=True, metavar="CHAMBER_ID", help="one whose board is here")]),
         ("lab user", "lab accounts: add NAME --password-file FILE | list | remove NAME",
-         job("protocols.remote_lab.service:user_job", "user_text"), [
-            opt("action", choices=["add", "list", "remove"], help="add a user, list users, remove a user"),
-            opt("name", nargs="?", help="user name (add, remove)"),
+         job("protocols.remote_lab.service:user_job", "user_text", refuse=lab_db), [
+            opt("action", choices=["add", "list", "remove"], help="what to do"), opt("name", nargs="?", help="user (add, remove)"),
             opt("--password-file", type=Path, help="file whose first line is the password (add)"),
-            opt("--max-queued", type=POSITIVE, help="queued experiments this user may have (default: the lab's)"),
-            *LAB_STORE]),
+            opt("--max-queued", type=POSITIVE, help="experiments it may queue (default: the lab's)"), *LAB_STORE]),
+        ("lab migrate", "upgrade the lab database in place to this chamberlab's schema (keeps every experiment)",
+         job("protocols.remote_lab.service:migrate_job", "migrate_text", refuse=lab_db), LAB_STORE),
+        ("lab audit", "who submitted, cancelled, downloaded, opened or took over a session; account changes",
+         job("protocols.remote_lab.service:audit_job", "audit_text", refuse=lab_db), [*LAB_STORE, opt("--user", help="only this user's lines"),
+            opt("--since", help="ISO date/time (UTC) or an age: 90m, 12h, 7d")]),
         ("station check", "open every instrument of a station file and check its *IDN? and certificate",
          job("protocols.check_job:station_check_job", "station_text", lambda d: done(d, incomplete=not d["ok"])), [
             opt("station_file", help="station file (YAML): instruments, rails, positions"),
@@ -457,7 +468,8 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
                 "'openai-compat:http://127.0.0.1:8080/v1#qwen?max_output_tokens=256')"),
             opt("--out", type=Path, help="evidence folder: each probe's request and raw answer as JSON "
                 "(default ./doctor/<UTC time>/)"),
-            opt("--timeout", type=seconds, default=120.0, help="seconds each probe request may take (default 120)")]),
+            opt("--timeout", type=seconds, default=120.0, help="seconds each probe request may take (default 120)"),
+            tool_protocol]),
         ("matrix", "run models x claims x repeats x arms (resumable), then score the run folder",
          job("agent.scoring.matrix:matrix_job", "matrix_text",  # engine_error, crashed, document_unreadable cells
              lambda d: done(d, incomplete=bool(d["run"].get("failures") or d["run"].get("engine_errors")  # are not
@@ -478,7 +490,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--max-output-tokens", type=POSITIVE, help="output token limit per model turn (every model but "
                 "scripted:*, unless its spec sets ?max_output_tokens=)"),
             opt("--temperature", type=checked(float, lambda v: 0 <= v <= 2, "a number 0..2"), help="sampling "
-                "temperature, chat completions (unless a spec sets ?temperature=)"),
+                "temperature, chat completions (unless a spec sets ?temperature=)"), tool_protocol,
             opt("--extra-body", metavar="JSON", help="chat completions: a JSON object merged into each request "
                 "(a spec's own extra.<key>= wins)"),
             opt("--thinking", metavar="TOKENS|off", help="extended thinking budget (Anthropic, LiteLLM)"),
@@ -493,8 +505,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
 
 
 GROUPS = {"lab": "the Remote Lab: our chambers for the authors' client, a queue and real-time sessions",
-          "sim": "the emulated Mk1 board and the simulator's parameters",
-          "chamber": "talk to a chamber (serial port or in-process sim)",
+          "sim": "the emulated Mk1 board and the simulator's parameters", "chamber": "talk to a chamber (serial or sim)",
           "datasheet": "read a datasheet PDF with the agent's tools; fetch known datasheets",
           "station": "lab instruments wired to the chambers' sensors"}
 

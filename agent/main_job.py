@@ -8,7 +8,9 @@ spec and key, claim files and ids, limits and station files) is checked before a
 is made. Ctrl-C or SIGTERM leaves the chambers safe and the index and summary say `interrupted`, with the verdicts
 decided by then (checks.json holds them). A resumed run (`--resume`, or the interrupted run picked up by default)
 keeps the agent's finished cells and the chamber verdicts decided before it was stopped or killed, with or
-without the agent (protocols.bench_job.run_lab_job).
+without the agent (protocols.bench_job.run_lab_job). With `--fleet` the chamber part is protocols/fleet_run.py's:
+every claim on every chamber of the fleet (one planned campaign each, in parallel; fleet.json), the live view
+showing each chamber by its fleet id, and the agent's chamber tools API on the fleet's first chamber of each kind.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class MainJob(BaseModel):
     no_station: bool = False
     limits: str | None = None
     lab_credentials: Path | None = None  # the Remote Lab's .ini file, for lab+http:// ports
+    fleet: str | None = None  # a fleet file or demo:N: every claim graded on every chamber of the fleet
     datasheets_dir: Path
 
     @classmethod
@@ -81,8 +84,14 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     from protocols.api.live_job import start_job_live_view
     from protocols.bench_job import (LabInterrupted, check_job_files, job_station_file, open_job_chambers,
                                      run_lab_job, start_chamber_api)
+    from protocols.fleet_campaign import fleet_chambers
+    from protocols.fleet_run import run_fleet_lab_job
 
     ports, (claim_paths, selected) = job.port, split_claims_args(job.claims)
+    if job.fleet and (ports or job.station or job.resume):
+        raise MainJobRefused("--fleet brings its own chambers and stations and starts a new run; got "
+                             + ", ".join(n for n, v in (("--port", ports), ("--station", job.station),
+                                                        ("--resume", job.resume)) if v))
     model = None  # a wrong model spec, missing key, claim, limits or station file fails now, before any chamber
     if not job.no_agent:
         from agent.models import client_for
@@ -94,7 +103,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         raise MainJobRefused(f"--claims: unknown claim id(s) {', '.join(unknown)}; known: {', '.join(sorted(pool))}")
     claims = [c for c in pool.values() if selected is None or c.id in selected]  # graded and read: the selection
     sources = [str(p) for p in claim_paths] or [PACKAGED_DIR, f"protocols/data/{CHAMBER_PARTS_DIR.name}"]
-    station = job_station_file(job.station, no_station=job.no_station, real_ports=bool(ports))
+    station = None if job.fleet else job_station_file(job.station, no_station=job.no_station, real_ports=bool(ports))
     check_job_files(job.limits, station)
     if job.resume is not None:
         resume_folder(job.resume)
@@ -103,10 +112,17 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         progress.say(f"agent part will be skipped: {skipped_agent}")
         model = None
     backend = "serial:" + ",".join(ports) if ports else "emulated boards on ptys"
-    opened = open_job_chambers(ports, seed=job.seed, limits=job.limits, say=progress.say,
-                               lab_credentials=job.lab_credentials)
+    campaign: Any = None
+    if job.fleet:  # every chamber of the fleet opened now, left safe when `opened` closes
+        fleet = _fleet_of(job)
+        backend = f"fleet {fleet.source}"
+        opened: Any = contextlib.ExitStack()
+        campaign = opened.enter_context(fleet_chambers(fleet, say=progress.say, seed=job.seed, limits=job.limits))
+    else:
+        opened = open_job_chambers(ports, seed=job.seed, limits=job.limits, say=progress.say,
+                                   lab_credentials=job.lab_credentials)
     try:
-        folder = open_run_folder(job.runs_dir, backend, resume=job.resume, new=job.new)
+        folder = open_run_folder(job.runs_dir, backend, resume=job.resume, new=job.new or bool(job.fleet))
     except BaseException:
         opened.close()
         raise
@@ -124,8 +140,8 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         try:
             with opened, contextlib.ExitStack() as stack:
                 write_run_pool(folder.run_dir, pool, sources)  # what `score` and `report` grade the cells against
-                where += opened.provenance()
-                view = start_job_live_view(stack, opened.chambers, claims)  # one page, one URL for every stage
+                where += campaign_provenance(campaign) if campaign else opened.provenance()
+                view = start_job_live_view(stack, {} if campaign else opened.chambers, claims)  # one URL, every stage
                 chambers, summary["live_view"], shown = view.chambers, view.url, view.progress(progress)
                 progress.say(f"live view: {summary['live_view']}")
 
@@ -133,11 +149,18 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
                     view.verdicts(checks, source="chamber only")
                     for r in checks:
                         folder.index.record_verdict(folder.run_id, r)
-                lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
-                                  progress=shown, graded=view.graded, on_verdicts=on_verdicts,
-                                  on_verdict=lambda r: folder.index.record_verdict(folder.run_id, r),
-                                  resume=folder.resumed)
-                summary.update(lab.summary)
+                if campaign:  # the fleet: units and fleet verdicts (fleet.json); the agent's API on one of each kind
+                    summary.update(run_fleet_lab_job(
+                        claims, campaign, folder.run_dir, rows=job.rows, progress=shown, wrap=view.watch,
+                        graded=view.graded_on, on_sections=lambda sections: fleet_verdicts(view, folder, sections)))
+                    chambers = {kind: view.watch(member, c) for kind, (member, c) in campaign.first_of_each_kind()
+                                .items()}
+                else:
+                    lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
+                                      progress=shown, graded=view.graded, on_verdicts=on_verdicts,
+                                      on_verdict=lambda r: folder.index.record_verdict(folder.run_id, r),
+                                      resume=folder.resumed)
+                    summary.update(lab.summary)
                 if station and (folder.run_dir / "station_checks.json").exists():
                     view.verdicts(_read_json(folder.run_dir / "station_checks.json").get("results", []),
                                   source="with the station")
@@ -152,7 +175,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
                                                          "report follows")
                 shown.say("leaving the chambers in their safe state")
         finally:
-            summary["safe_state"] = outcomes_of(opened)
+            summary["safe_state"] = campaign.safe_state if campaign else outcomes_of(opened)
         summary["incomplete"] = shortfall(summary, agent_asked=not job.no_agent, agent_claims=claims)
         if job.no_agent:
             summary.update(kept_agent_sections(folder.run_dir / "summary.json"))
@@ -182,6 +205,33 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         finally:
             folder.close()
     return summary
+
+
+def _fleet_of(job: MainJob) -> Any:
+    """The fleet of `run --fleet` (without its stations with --no-station)."""
+    from dataclasses import replace
+
+    from protocols.fleet_job import fleet_from
+
+    fleet = fleet_from(str(job.fleet))
+    return replace(fleet, members=tuple(replace(m, station=None) for m in fleet.members)) if job.no_station else fleet
+
+
+def campaign_provenance(campaign: Any) -> list[dict[str, Any]]:
+    """One provenance entry per opened chamber of a fleet (the port names its fleet id and board; one that was not
+    opened is in fleet.json with its error)."""
+    return [{"kind": r.kind, "port": f"{r.member.id}: {r.member.board} ({r.url})", "emulated": r.member.emulated,
+             "config": r.chamber.config} for r in campaign.runs if r.chamber is not None]
+
+
+def fleet_verdicts(view: Any, folder: Any, sections: list[dict[str, Any]]) -> None:
+    """Each claim's fleet verdict on the live view and in the run index (one row per claim)."""
+    rows = [{"claim_id": s["claim_id"], "verdict": (s.get("fleet") or {}).get("verdict", "error"),
+             "class": (s.get("fleet") or {}).get("inconclusive_class"), "claim_unit": s["claim_unit"]}
+            for s in sections]
+    view.verdicts(rows, source=f"fleet of {sum(len(s['units']) for s in sections)} unit verdicts")
+    for r in rows:
+        folder.index.record_verdict(folder.run_id, r)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -235,6 +285,7 @@ def status_line(d: dict[str, Any]) -> str:
 def summary_text(d: dict[str, Any]) -> str:
     """The summary lines `run` ends with (README: "It ends like this"); the first says its status."""
     from protocols.exit_codes import unconfirmed_note
+    from protocols.fleet_run import fleet_summary_lines
 
     lines = ["", f"run {d['run_id']} ({d['backend']}) in {d.get('seconds', '?')} s: {status_line(d)}"]
     if "verdicts" in d:
@@ -250,6 +301,7 @@ def summary_text(d: dict[str, Any]) -> str:
                      + ", ".join(f"{k} {v}" for k, v in sorted(st["verdicts"].items())) + ")")
     for kind, counters in (d.get("link") or {}).items():
         lines.append(f"link {kind}:    " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+    lines += fleet_summary_lines(d)
     if d.get("agent_skipped"):
         lines.append(f"agent:      skipped: {d['agent_skipped']}")
     a = d.get("agent")

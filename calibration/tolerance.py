@@ -119,7 +119,7 @@ def limiting_factor(sides: Sides, coverage: float = DEFAULT_COVERAGE) -> float:
 
 
 def smallest_sample_size(max_factor: float, sides: Sides, coverage: float = DEFAULT_COVERAGE,
-                         confidence: float = DEFAULT_CONFIDENCE, *, n_max: int = 100_000) -> int | None:
+                         confidence: float = DEFAULT_CONFIDENCE, *, n_max: int = 10**5) -> int | None:
     """The smallest n ≥ 2 whose factor is ≤ `max_factor` (k falls as n grows), or None when no n ≤ n_max does
     (always None when max_factor ≤ the limiting factor). A planning aid: with spread s and margin d to the
     nearest bound, an interval fits inside once k ≤ d/s."""

@@ -15,6 +15,11 @@
   that is larger.
 - absolute accuracy: needs a traceable pressure reference the chamber does not have; nothing is staged.
 
+Instances (a fleet's units, protocols/fleet_instances.py): the operating range and the pressure precision read all
+four DPS310s in one fans-off staging, so each is graded on its own as well — its mean pressure (Type A of the mean,
+its rows kept as readings), its common-mode-removed RMS noise at OSR 8 (u = s/√(2ν); as readings, the same noise
+estimated in PRECISION_BLOCKS consecutive blocks of the rows).
+
 Why the calibration's offsets are not subtracted anywhere here: they are relative to the four-unit mean, so
 subtracting them before taking that mean changes nothing, and subtracting them from one unit before comparing it
 with a reference would hide the very error under test. Where the calibration enters a verdict, it enters as
@@ -38,6 +43,7 @@ from calibration.cross_sensor import (
 )
 from protocols.claims import Claim
 from protocols.declaration import Declaration, Evaluation, Inputs, ProtocolOutcome, Settings, Step
+from protocols.fleet_instances import INSTANCES, Instance, mean_instance
 from protocols.measurement import Measurement
 from protocols.verdict import CapabilityCheck, capability_precheck
 
@@ -99,7 +105,9 @@ def _evaluate_operating_range(e: Evaluation) -> ProtocolOutcome:
                  "unit_means_pa": {s.name: s.mean for s in cal.sensors}, "spread_pa": cal.spread,
                  "reconnected": e.reconnected},
     )
-    return ProtocolOutcome(measurement=measurement, details={"calibration": cal.to_dict()})
+    instances = tuple(mean_instance(b, readings.column(b), quantity=f"mean {b}, fans off", unit="Pa",
+                                    matched=e.matched) for b in BAROMETERS)
+    return ProtocolOutcome(measurement=measurement, details={"calibration": cal.to_dict(), INSTANCES: instances})
 
 
 def common_mode_removed_noise(readings: dict[str, np.ndarray]) -> dict[str, float]:
@@ -117,6 +125,27 @@ def common_mode_removed_noise(readings: dict[str, np.ndarray]) -> dict[str, floa
 
 
 PRECISION_OSRS = ALLOWED_OSR
+PRECISION_BLOCKS = 4
+"""Consecutive blocks a unit's OSR-8 rows are cut into for its repeated noise readings (each needs 5 rows)."""
+
+
+def _precision_instances(columns: dict[str, np.ndarray], matched: tuple[str, ...]) -> tuple[Instance, ...]:
+    """Each DPS310's RMS noise at OSR 8 (common mode removed) with u = s/√(2ν), and the same noise estimated in
+    PRECISION_BLOCKS consecutive blocks as its readings (none when a block would hold fewer than 5 rows)."""
+    noise = common_mode_removed_noise(columns)
+    n = len(next(iter(columns.values())))
+    size = n // PRECISION_BLOCKS
+    blocks = [common_mode_removed_noise({b: c[i * size:(i + 1) * size] for b, c in columns.items()})
+              for i in range(PRECISION_BLOCKS)] if size >= 5 else []
+    out = []
+    for b, s in noise.items():
+        budget = UncertaintyBudget(
+            quantity=f"{b} RMS noise at OSR 8", unit="Pa",
+            components=(UncertaintyComponent(name=f"{b} RMS noise (Type A of s)", u=s / math.sqrt(2 * (n - 1)),
+                                             dof=float(n - 1), evaluation="A", basis="s/sqrt(2*nu), one unit"),))
+        m = Measurement.from_budget(s, budget, n=n, matched_conditions=list(matched))
+        out.append(Instance(b, m, tuple(block[b] for block in blocks)))
+    return tuple(out)
 
 
 def _evaluate_pressure_precision(e: Evaluation) -> ProtocolOutcome:
@@ -142,7 +171,8 @@ def _evaluate_pressure_precision(e: Evaluation) -> ProtocolOutcome:
                  "rows_by_osr": {str(k): v for k, v in rows.items()},
                  "note": "OSR 8 is the chamber firmware's maximum; the claim's 64x mode cannot be staged"},
     )
-    return ProtocolOutcome(measurement=measurement)
+    best_columns = {b: e.step("fans off, OSR 8").column(b) for b in BAROMETERS}
+    return ProtocolOutcome(measurement=measurement, details={INSTANCES: _precision_instances(best_columns, e.matched)})
 
 
 def relative_accuracy_precheck(claim: Claim, inputs: Inputs) -> CapabilityCheck:

@@ -134,10 +134,25 @@ def pool_text(sources: Sequence[str | Path] | None, n: int) -> str:
 
 def check_command(claims: Mapping[str, Claim], claim_id: str | None, all: bool, selection: Any, *, rows: int,
                   calibration: str | Path | None, station: str | Path | None, say: Say,
-                  pool: Sequence[str | Path] | None = None, progress: Any = None) -> dict[str, Any]:
+                  pool: Sequence[str | Path] | None = None, progress: Any = None, fleet: str | None = None,
+                  port: Sequence[str] | None = None, seed: int = 0, limits: str | Path | None = None) -> dict[str, Any]:
     """`check`: one claim of `claims` (its result dict) or, with `all`, every one ({"results": [...]}, and `pool`:
     which claims those are, the files of `pool` or else the pool `run` grades); beside them the chambers'
-    `safe_state` and, when a verdict is `error`, `incomplete: {"error_verdicts": n}`. `progress`: as check_job."""
+    `safe_state` and, when a verdict is `error`, `incomplete: {"error_verdicts": n}`. `progress`: as check_job.
+    With `fleet` (a fleet file or demo:N): on every chamber of the fleet (protocols/fleet_job.py), which brings
+    its own boards, stations and calibrations, so --port, --station and --calibration are refused beside it."""
+    if fleet:
+        from protocols.fleet_job import check_fleet
+
+        given = [name for name, value in (("--port", port), ("--station", station), ("--calibration", calibration))
+                 if value]
+        if given:
+            raise JobRefused(f"--fleet brings its chambers' boards, stations and calibrations; got {', '.join(given)} "
+                             "beside it (put a station in the fleet file, per chamber)")
+        chosen = list(claims.values()) if all else [get_claim(claim_id or "", claims)]
+        if all:
+            say(f"grading {pool_text(pool, len(claims))}")
+        return check_fleet(chosen, fleet, rows=rows, say=say, limits=limits, seed=seed, one=not all)
     if all:
         say(f"grading {pool_text(pool, len(claims))}")
     results, safe, not_graded = check_job(list(claims.values()) if all else [get_claim(claim_id or "", claims)],
@@ -153,9 +168,13 @@ def check_command(claims: Mapping[str, Claim], claim_id: str | None, all: bool, 
 
 
 def check_text(d: Mapping[str, Any]) -> str:
-    """The table of a `check --all`, or one claim's row and the reason for its verdict."""
+    """The table of a `check --all`, or one claim's row and the reason for its verdict (a fleet's: fleet_text)."""
     from protocols.exit_codes import unconfirmed_note
 
+    if "units" in d or "chambers" in d and "source" in d:
+        from protocols.fleet_job import fleet_text
+
+        return fleet_text(d)
     text = (check_table_text(d["results"]) + (f"\npool: {d['pool']}" if d.get("pool") else "")
             if "results" in d else check_table_text([d]) + "\n\n" + d["reason"])
     stopped = (f"interrupted: {len(d['results']) if 'results' in d else 1} claim(s) graded before the stop, "
@@ -179,14 +198,26 @@ def check_table_text(results: Sequence[Mapping[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------------------------- sweep
 def sweep_job(claim_id: str, selection: Any, *, measured: str | None, u: str | None, recording: str | Path | None,
-              steps: int, csv: str | None, plot: str | None, say: Say, force: bool = False) -> dict[str, Any]:
+              steps: int, csv: str | None, plot: str | None, say: Say, force: bool = False, fleet: str | None = None,
+              port: Sequence[str] | None = None, seed: int = 0, limits: str | Path | None = None) -> dict[str, Any]:
     """Hold one measurement fixed (given, from a recorded CSV, or measured live) and move the claim's bound
     through it; the CSV and the figure are written both or neither. A file already at `csv` or `plot` is
-    refused unless `force`, as is one that cannot be written, before any chamber is opened."""
+    refused unless `force`, as is one that cannot be written, before any chamber is opened. With `fleet`: the
+    claim's units measured on every chamber of the fleet and the fleet verdict at each bound
+    (protocols.fleet_job.sweep_fleet; rows to --csv, no figure)."""
     from protocols.sweep import sweep, write_sweep_files
 
     claim = get_claim(claim_id)
     check_output_paths({"--csv": csv, "--plot": plot}, force=force)  # before any chamber
+    if fleet:
+        from protocols.fleet_job import sweep_fleet
+
+        given = [name for name, value in (("--measured", measured), ("--u", u), ("--recording", recording),
+                                          ("--plot", plot), ("--port", port)) if value]
+        if given:
+            raise JobRefused(f"--fleet measures the units live on the fleet's chambers and writes its rows to --csv; "
+                             f"got {', '.join(given)} beside it")
+        return sweep_fleet(claim, fleet, steps=steps, rows=200, say=say, csv=csv, limits=limits, seed=seed)
     if (measured is None) != (u is None):
         raise JobRefused(f"a given measurement needs both its value and its u; got value {measured}, u {u}")
     safe: list[dict[str, Any]] = []  # no chamber opened for a given or recorded measurement
@@ -218,6 +249,12 @@ def sweep_measurement(claim: Claim, selection: Any, recording: str | Path | None
 
 
 def sweep_text(d: Mapping[str, Any]) -> str:
+    if "units" in d:
+        from protocols.fleet_job import fleet_text
+
+        return "\n".join([fleet_text(d), f"{'bound':>24} {'fleet verdict':<14} {'class':<24} interval"]
+                         + [f"{r['bound']:>24} {r['verdict'] or '-':<14} {r['class'] or '':<24} "
+                            f"[{r['lower']}, {r['upper']}]" for r in d["rows"]])
     m = d["measured"]
     return "\n".join([f"{d['claim_id']}: measured {m['value']} ± {m['u']} {m['unit']}, "
                       f"c = {d['combined_uncertainty']}", f"{'bound':>24} {'distance':>22}  verdict"]

@@ -59,6 +59,7 @@ import numpy as np
 from calibration.budget import UncertaintyBudget, UncertaintyComponent, resolution
 from protocols.claims import Claim
 from protocols.declaration import Declaration, Evaluation, ProtocolOutcome, Reader, Settings, Step, StepReadings
+from protocols.fleet_instances import INSTANCES, Instance
 from protocols.measurement import Measurement
 
 
@@ -206,7 +207,9 @@ def _max_speed(fan: Fan):
                                 "asked_s": MAX_SPEED_SETTLE_S},
                      "not_measured": NOT_MEASURED, "reference": REFERENCE},
         )
-        return ProtocolOutcome(measurement=measurement)
+        # the fan as a fleet's unit, its rows its repeated readings (protocols/fleet_instances.py)
+        return ProtocolOutcome(measurement=measurement,
+                               details={INSTANCES: (Instance(fan.reading, measurement, tuple(map(float, rpm))),)})
 
     return evaluate
 

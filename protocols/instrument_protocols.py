@@ -12,7 +12,17 @@ station (ProtocolContext.station) has every instrument the protocol needs, wired
 - supply_current: the fixture holds the sensor in the claim's state (via the SMU's digital lines), the SMU
   sources the claim's supply voltage and averages the current (u: Type A + SMU certificate).
 - absolute_pressure: fans off; the DPS310's mean reading minus the reference barometer's (u: both Type A, the
-  reference certificate, the reference's drift across the chamber measurement).
+  reference certificate, the reference's drift across the chamber measurement). Graded on the barometers the
+  station's position names; with both fans at rest every DPS310 of the wind tunnel sees that one pressure (the
+  operating-range protocol's premise), so each of the four is then also an instance of its own (a fleet's units,
+  protocols/fleet_instances.py): its rows minus the same reference mean, with the same reference terms. At rest
+  means no tachometer update in the rows read (the firmware holds its last rpm between pulses): a fan still
+  coasting after an earlier claim ran it moves the in-tunnel pressures, so after the fans-off SET the protocol
+  reads short windows (REST_WINDOW_ROWS) until one shows both fans at rest (at most REST_TIMEOUT_S), and if they
+  are still turning in the rows read, only the position's barometers are instances.
+
+Instances with repeated readings (for a fleet's ISO 5725-2 statistics): the supply current's SMU readings (in the
+claim's unit), the absolute pressure's rows of each barometer minus the reference mean.
 - held_temperature: hold the sensor's stage at temperatures across the stated range; the sensor must answer at
   each. Graded quantity: the held temperature at the step nearest a stated limit (u: the controller's
   certificate, Type A over the hold window, and the hold band as a rectangular stage-to-sensor term).
@@ -28,9 +38,11 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from calibration.budget import UncertaintyBudget, UncertaintyComponent, rectangular, type_a
+from calibration.cross_sensor import BAROMETERS
 from chamber.instruments.base import InstrumentError
 from protocols.claims import Claim
-from protocols.declaration import Declaration, ProtocolOutcome, Reader
+from protocols.declaration import ROW_PERIOD_FLOOR_S, Declaration, ProtocolOutcome, Reader
+from protocols.fleet_instances import INSTANCES, Instance, mean_instance, position_of
 from protocols.measurement import Measurement
 from protocols.verdict import Verdict, unit_scale
 
@@ -196,7 +208,8 @@ def run_supply_current(context: Reader, claim: Claim) -> ProtocolOutcome:
                "fuse_wait_s": FUSE_POWER_DOWN_WAIT_S}
     measurement = Measurement.from_budget(chosen["mean_a"] * scale, budget, n=CURRENT_READINGS * len(per_voltage),
                                           matched_conditions=_realised(claim, ("smu",)), details=details)
-    return ProtocolOutcome(measurement=measurement, details=details)
+    instance = Instance(position_of(rail.reads), measurement, tuple(r * scale for r in chosen["readings"]))
+    return ProtocolOutcome(measurement=measurement, details={**details, INSTANCES: (instance,)})
 
 
 # --------------------------------------------------------------------------------------- absolute pressure
@@ -207,6 +220,7 @@ def run_absolute_pressure(context: Reader, claim: Claim) -> ProtocolOutcome:
     position, barometer = context.station.position("reference_barometer", claim.component)
     context.progress(f"{claim.id}: fans off; reference before, {context.rows} rows of {position.reads}, reference after")
     context.stage(position.chamber, dict(FANS_OFF), context.settle_rows, "fans off")
+    _until_fans_rest(context, position.chamber)
     before = barometer.read_pressure_pa(REFERENCE_READINGS)
     frame = context.read(position.chamber, context.rows)
     after = barometer.read_pressure_pa(REFERENCE_READINGS)
@@ -232,7 +246,47 @@ def run_absolute_pressure(context: Reader, claim: Claim) -> ProtocolOutcome:
                "reference_drift_pa": drift, "reference_idn": barometer.identity.raw,
                "certificate": barometer.certificate.certificate_number}
     measurement = Measurement.from_budget(error, budget, n=int(dut.size), matched_conditions=matched, details=details)
-    return ProtocolOutcome(measurement=measurement, details=details)
+    reference_terms = budget.components[1:]  # the reference's Type A, certificate and drift: shared by every unit
+    instances = []
+    for name in BAROMETERS if _fans_at_rest(frame) else [n for n in BAROMETERS if n in position.reads]:
+        if name not in frame.columns:
+            continue
+        column = np.asarray(frame.column(name), dtype=float)
+        if column.size < 2 or not np.all(np.isfinite(column)):
+            continue  # an unset barometer is no instance (the graded one was checked above)
+        window = 30_000.0 <= float(np.mean(column)) <= 120_000.0
+        instances.append(mean_instance(
+            name, column, offset=ref_mean, quantity=f"{name} absolute pressure error ({name} mean - reference mean)",
+            unit="Pa", extra=reference_terms, matched=_realised(claim, ("reference_barometer",),
+                                                                BAROMETERS if window else ())))
+    return ProtocolOutcome(measurement=measurement, details={**details, INSTANCES: tuple(instances)})
+
+
+REST_WINDOW_ROWS = 7
+"""Rows of one at-rest check (~1 s on the real wind tunnel): a fan turning faster than ~30 RPM updates in it."""
+REST_TIMEOUT_S = 60.0
+"""The longest wait for both fans at rest after the fans-off SET (a coast-down from full speed: simulator ~15 s)."""
+
+
+def _until_fans_rest(context: Reader, kind: str) -> None:
+    """Read REST_WINDOW_ROWS windows until one shows neither fan turning, or REST_TIMEOUT_S of rows have passed
+    (by the chamber's shortest row): a chamber whose fans never moved costs one window."""
+    waited, floor = 0.0, ROW_PERIOD_FLOOR_S.get(kind, 0.0)
+    while waited < REST_TIMEOUT_S:
+        window = context.read(kind, REST_WINDOW_ROWS)
+        if _fans_at_rest(window) or floor == 0.0:  # a chamber without fans (no row floor) has nothing to wait for
+            return
+        waited += window.seconds
+        context.progress(f"{kind}: a fan is still turning after the fans-off SET; waiting for rest ({waited:.0f} s)")
+
+
+def _fans_at_rest(frame: Any) -> bool:
+    """No tachometer update (a row whose rpm differs from the row before) on either fan in the rows read."""
+    for name in ("rpm_in", "rpm_out"):
+        rpm = np.asarray(frame.columns[name], dtype=float) if name in frame.columns else None
+        if rpm is None or rpm.size < 2 or not np.all(np.isfinite(rpm)) or np.any(np.diff(rpm) != 0):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------- held temperature

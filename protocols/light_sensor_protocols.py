@@ -4,7 +4,8 @@
   it receives stays inside the range the claim states (0..2^23−1 for "23-bit"). The protocol drives the codes
   to both ends — LEDs dark, then full white at the largest photodiode and longest integration time, which
   saturates at 65535 — and reports the largest code seen. Codes are integers: the only uncertainty is the
-  quantisation step of one count (Type B, q/√12).
+  quantisation step of one count (Type B, q/√12). Each of the three sensors is also an instance of its own (a
+  fleet's units, protocols/fleet_instances.py): the largest code of its ir_k and vis_k.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from calibration.budget import UncertaintyBudget, resolution
 from protocols.declaration import Declaration, Evaluation, ProtocolOutcome, Step
+from protocols.fleet_instances import INSTANCES, Instance
 from protocols.measurement import Measurement
 
 LIGHT_READINGS = tuple(f"{kind}_{k}" for k in (1, 2, 3) for kind in ("ir", "vis"))
@@ -47,7 +49,14 @@ def _evaluate_output_codes(e: Evaluation) -> ProtocolOutcome:
                  "saturated_codes": int(np.count_nonzero(all_codes == 65535)),
                  "note": "the firmware reads 16-bit codes; the test is that codes stay in the stated range"},
     )
-    return ProtocolOutcome(measurement=measurement)
+    instances = []
+    for k in (1, 2, 3):
+        columns = [i for i, name in enumerate(LIGHT_READINGS) if name.endswith(f"_{k}")]
+        top = int(all_codes[:, columns].max())
+        instances.append(Instance(f"light_{k}", Measurement.from_budget(
+            top, budget, n=int(all_codes[:, columns].size), matched_conditions=list(e.matched),
+            details={"largest_code": top})))
+    return ProtocolOutcome(measurement=measurement, details={INSTANCES: tuple(instances)})
 
 
 def largest_code_at_ceiling(outcome: ProtocolOutcome) -> tuple[bool, str]:

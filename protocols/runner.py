@@ -52,6 +52,7 @@ from protocols.declaration import (
     ProtocolUnavailable,
     StepReadings,
 )
+from protocols.fleet_instances import Instance, take_instances
 from protocols.measurement import Measurement
 from protocols.planner import PROBE_ROWS, Plan, PlanItem, StopDecision, plan, stop_reason
 from protocols.registry import selected_protocol
@@ -75,6 +76,7 @@ class CheckResult:
     protocol: str | None
     precheck: CapabilityCheck | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    instances: tuple[Instance, ...] = ()  # each instance of the part the protocol measured (a fleet's units)
 
     def to_dict(self) -> dict[str, Any]:
         # The verdict's and the measurement's own dicts already hold their values as JSON-ready strings; the
@@ -168,14 +170,15 @@ def _failed(unit: str, exc: BaseException) -> Measurement:
 def _grade(claim: Claim, declaration: Declaration, outcome: ProtocolOutcome,
            precheck: CapabilityCheck | None, details: dict[str, Any]) -> CheckResult:
     key = declaration.key
-    details = {**outcome.details, **details}
+    details, instances = take_instances({**outcome.details, **details})
     if outcome.decided is not None:
-        return CheckResult(claim, outcome.decided, outcome.measurement, key, precheck, details)
+        return CheckResult(claim, outcome.decided, outcome.measurement, key, precheck, details, instances)
     realised = set(declaration.instruments)
     intrinsic = [c for c in claim.conditions if c.decisive and c.unmatchable and c.instrument not in realised]
     if outcome.measurement is None and intrinsic:
         return CheckResult(claim, verdict(claim, None), None, key, precheck, details)
-    return CheckResult(claim, verdict(claim, outcome.measurement), outcome.measurement, key, precheck, details)
+    return CheckResult(claim, verdict(claim, outcome.measurement), outcome.measurement, key, precheck, details,
+                       instances)
 
 
 def _resolution_limited(claim: Claim, key: str, precheck: CapabilityCheck) -> CheckResult:

@@ -355,6 +355,11 @@ def _bounds(claim: ClaimLike) -> tuple[str, Decimal | None, Decimal | None, Deci
     raise VerdictError(f"claim {claim.id}: kind expected one of typical/range/accuracy/max_rating, got {kind!r}")
 
 
+bounds = _bounds
+"""(semantics, low, high, point value) of a claim as the rule reads it: public, so the fleet rule
+(calibration.fleet_verdict.population_limits) is given the same reading instead of a second copy of it."""
+
+
 def signed_distance(semantics: str, m: Fraction, low: Fraction | None, high: Fraction | None,
                     point: Fraction | None) -> Fraction:
     """d by which m violates the claim (exact). Negative inside bounds by the margin; |m − s| for a point."""

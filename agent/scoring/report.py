@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from agent.scoring import report_chamber_figures as chamber_figs
 from agent.scoring import report_figures as figs
+from agent.scoring.report_fleet import fleet_blocks
 from agent.scoring.report_format import cell, number, places_of, verdict_places, with_u
 from agent.scoring.score import model_group
 from agent.scoring.report_git import SourceState, read_source_state
@@ -425,6 +426,8 @@ def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None, source:
     sweep_data = inputs.json("sweep.json", "no perturbation sweep")
     scores, how = inputs.scores()
     link_data = inputs.json("link.json", "no serial-link statistics")
+    fleet_data = inputs.json("fleet.json", "no fleet statistics") if (run_dir / "fleet.json").exists() or (
+        summary or {}).get("fleet") else None  # only a fleet run writes it: not absent from any other
 
     results = (checks or {}).get("results") or []
     definitive = chamber_figs.definitive(sorted(results, key=lambda r: str(r.get("claim_id"))))
@@ -438,11 +441,12 @@ def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None, source:
     sweep, h2 = _sweep_blocks(sweep_data, figs_dir)
     agent, h3 = _agent_blocks(scores, how, figs_dir)
     link, h4 = _link_blocks(link_data)
+    fleet, h6 = fleet_blocks(fleet_data, figs_dir)
     cells = (scores or {}).get("cells") or []
     blocks: list[Block] = [("h1", f"Run report: {run_dir.resolve().name}"),
                            *provenance_blocks(summary, calibration, cells, source),
-                           ("h2", "At a glance"), ("ul", h1 + h5 + h2 + h3 + h4 or ["(nothing recorded)"])]
-    blocks += verdicts + station + _readings_blocks(definitive, figs_dir)
+                           ("h2", "At a glance"), ("ul", h6 + h1 + h5 + h2 + h3 + h4 or ["(nothing recorded)"])]
+    blocks += fleet + verdicts + station + _readings_blocks(definitive, figs_dir)
     blocks += calibration_blocks(calibration, cal_problem, first_verdict_budget(results), figs_dir)
     blocks += sweep + agent + link
     blocks += [("h2", "Absent inputs"), ("ul", inputs.absent or ["none"])]

@@ -85,8 +85,9 @@ class LiveFeed:
                     state: Mapping[str, Any]) -> None:
         """Announce a connected chamber: its configuration, its sensor columns (name, unit) and its input state."""
         with self._lock:
+            note = (self._chambers.get(kind) or {}).get("note")  # a chamber shown again keeps its note
             self._chambers[kind] = {"config": config, "sensors": sensors, "state": _clean(state), "updated_at": None,
-                                    "rows": 0}
+                                    "rows": 0, **({"note": note} if note else {})}
         self._changed()
 
     def record_state(self, kind: str, state: Mapping[str, Any]) -> None:
@@ -94,6 +95,13 @@ class LiveFeed:
         with self._lock:
             entry = self._chambers.setdefault(kind, {"config": None, "sensors": [], "rows": 0})
             entry["state"], entry["updated_at"] = _clean(state), self._clock()
+        self._changed()
+
+    def record_chamber_note(self, kind: str, note: str) -> None:
+        """One line about what the chamber is doing in the job (a fleet's chamber: its claims graded so far)."""
+        with self._lock:
+            entry = self._chambers.setdefault(kind, {"config": None, "sensors": [], "state": {}, "rows": 0})
+            entry["note"] = note
         self._changed()
 
     def record_rows(self, kind: str, names: tuple[str, ...], values: Any, timestamps: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .live import LiveChamber, LiveFeed, claim_bound, live_app, report_graded
@@ -29,6 +29,7 @@ class JobLiveView:
     feed: LiveFeed
     chambers: dict[str, Any]
     url: str
+    graded_count: dict[str, int] = field(default_factory=dict)  # a fleet's chamber -> claims graded on it
 
     def graded(self, claim: Any) -> None:
         """A `ProtocolContext.graded` hook: the claim just graded, with its bound."""
@@ -37,6 +38,19 @@ class JobLiveView:
     def verdicts(self, checks: list[Mapping[str, Any]], *, source: str) -> None:
         """Verdicts as written (checks.json, station_checks.json), marked by what graded them."""
         self.feed.record_verdicts([{**c, "source": source} for c in checks])
+
+    def watch(self, name: str, chamber: Any) -> LiveChamber:
+        """A chamber shown on this view under `name` (a fleet's chamber id: every chamber of a fleet its own
+        panel); a chamber already shown under that name keeps its panel."""
+        return LiveChamber(chamber, name, self.feed)
+
+    def graded_on(self, name: str, claim: Any) -> None:
+        """The claim just graded on the chamber `name` (a fleet's chamber), with its bound; the chamber's panel
+        counts the claims graded on it."""
+        self.graded_count[name] = self.graded_count.get(name, 0) + 1
+        self.feed.record_chamber_note(name, f"{self.graded_count[name]} claim(s) graded; last: {claim.id}")
+        self.feed.record_claim({"id": claim.id, "component": claim.component, "parameter": claim.parameter,
+                                "unit": claim.unit, "bound": claim_bound(claim)}, chamber=name, activity="graded")
 
     def progress(self, inner: Any) -> "StageProgress":
         return StageProgress(inner, self.feed)

@@ -5,13 +5,13 @@ way to read a value. uPlot (MIT, ~50 KB, protocols/api/static/) draws time axes,
 hover legend, and sizes its canvases by devicePixelRatio (crisp on high-DPI screens). The page loads it from
 `live/static/` (relative, so it also works behind a path prefix).
 
-What it shows: per chamber a time axis in wall-clock time shared by that chamber's plots (never the other
-chamber's rows), one plot per group of sensors (the four barometers on one axis, the light sensors on one), y
-ticks in the group's unit; the claim line (stage of the job, claim, bound, measured value ± U, verdict); the time
-of the last row; a stale look once the stream stops; old traces dropped when the service restarts (another
-`start_id`). For tests and the benchmark it exposes on <body>: `data-rows-plotted`, `data-last-seq`,
-`data-start-id`, `data-stale`, `data-restarts`, and `window.liveLatencies` (seconds from a row's host time to the
-moment it was drawn).
+What it shows: per chamber (each chamber of a fleet by its id, with a line saying what it is doing) a time axis
+in wall-clock time shared by that chamber's plots (never the other chamber's rows), one plot per group of sensors
+(the four barometers on one axis, the light sensors on one), y ticks in the group's unit; the claim line (stage of
+the job, claim, bound, measured value ± U, verdict); the time of the last row; a stale look once the stream stops;
+old traces dropped when the service restarts (another `start_id`). For tests and the benchmark it exposes on
+<body>: `data-rows-plotted`, `data-last-seq`, `data-start-id`, `data-stale`, `data-restarts`, and
+`window.liveLatencies` (seconds from a row's host time to the moment it was drawn).
 Why a Python string and not an .html file: one route, one string; the library files are package data.
 """
 
@@ -35,6 +35,7 @@ LIVE_PAGE = """<!doctype html>
  .verdict.pass { background: #1a7f37; } .verdict.fail { background: #b00; } .verdict.inconclusive { background: #b07800; }
  .chamber { margin: .8em 0; } .chamber h2 { font-size: 1.05em; margin: .2em 0; }
  .state { color: #444; font-family: monospace; margin-bottom: .3em; font-size: 12px; }
+ .note { color: #1f3b73; font-size: 12px; }
  .grid { display: flex; flex-wrap: wrap; gap: 10px; }
  .plot { border: 1px solid #ddd; padding: 2px 4px; }
  .plot .title { font-size: 12px; font-weight: 600; }
@@ -83,12 +84,12 @@ LIVE_PAGE = """<!doctype html>
   function chamberFor(kind, info) {
     let c = chambers.get(kind);
     if (c) return c;
-    const root = el("div", "chamber"), grid = el("div", "grid"), state = el("div", "state");
+    const root = el("div", "chamber"), grid = el("div", "grid"), state = el("div", "state"), note = el("div", "note");
     root.dataset.chamber = kind;
     root.append(el("h2", null, kind + (info.config ? " (" + info.config + ")" : "") + " \\u2014 time axis: wall clock"),
-                state, grid);
+                note, state, grid);
     document.getElementById("chambers").append(root);
-    c = {root: root, state: state, grid: grid, t: [], cols: {}, groups: []};
+    c = {root: root, state: state, note: note, grid: grid, t: [], cols: {}, groups: []};
     const fams = new Map();
     (info.sensors || []).forEach(function (s) {
       const key = family(s.name) + "|" + s.unit;
@@ -207,6 +208,7 @@ LIVE_PAGE = """<!doctype html>
       const state = Object.keys(info.state || {}).map(function (k) { return k + "=" + info.state[k]; });
       c.state.textContent = "inputs: " + (state.length ? state.join(", ") : "(none set)") +
         "  | rows measured: " + info.rows;
+      c.note.textContent = info.note || "";
     });
     for (const row of snap.rows) {
       if (row.seq <= lastSeq) continue;

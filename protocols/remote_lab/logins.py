@@ -16,7 +16,7 @@ from typing import Callable
 
 MAX_FAILURES = 10
 WINDOW_S = 600.0
-MAX_KEYS = 100_000
+MAX_KEYS = 50_000  # (account, address) pairs tracked at most: a bounded memory whatever an attacker sends
 
 
 class LoginLimiter:
