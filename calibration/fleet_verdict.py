@@ -6,10 +6,11 @@ the population's, and says why, in the terms of protocols/verdict.py: the rule's
 comparison on reported digits, and "inconclusive" as a decision, never as a fail.
 
 The rule (FLEET_RULE_NAME, version FLEET_RULE_VERSION; decided in this order):
- 1. Units without a value (apparatus error) and units whose own verdict was decided by an unmatched decisive
-    condition (no traceable reference, a stimulus the chamber cannot apply …) give no evidence about the
-    population: they are listed and left out. When no unit is left, the fleet verdict is inconclusive with
-    the units' condition class, or "error" when every unit lost its value (an error is not a fail).
+ 1. Units without a value (an apparatus error, or a verdict decided without one: engagement-only ...) and units
+    whose own verdict was decided by an unmatched decisive condition (no traceable reference, a stimulus the
+    chamber cannot apply …) give no evidence about the population: they are listed and left out. When no unit is
+    left, the fleet verdict is inconclusive with the units' class, or "error" when every unit lost its value to
+    an apparatus error (an error is not a fail).
  2. Outliers (calibration/precision.py: ISO 5725-2 Cochran and Grubbs at 1 %) are named and left out of the
     population statistics; their own verdicts stand.
  Limits (range, max rating, a one-sided bound; a printed accuracy band ±t around s, read as [s − t, s + t]):
@@ -375,11 +376,14 @@ def fleet_verdict(claim_id: str, limits: PopulationLimits, units: Sequence[UnitR
     if not graded:
         empty: dict[str, Any] = dict(units_used=(), failing_units=(), screening=None, precision=None,
                                      precision_with_outliers=None, interval=None, population=None, units_needed=None)
-        if unmatched:
-            cls = _condition_class(unmatched)
+        undecided = [u for u in units if u.unit in no_value and u.verdict != "error"]  # decided without a value
+        if unmatched or undecided:  # (engagement-only, resolution-limited ...): not an apparatus error
+            cls = _condition_class(unmatched) if unmatched else \
+                sorted({u.inconclusive_class or "inconclusive" for u in undecided})[0]
             return FleetVerdict(**base, **empty, verdict="inconclusive", inconclusive_class=cls, notes=tuple(notes),
                                 reason=f"no unit was graded on its numbers: {len(unmatched)} with an unmatched "
-                                       f"decisive condition ({cls}), {len(no_value)} without a value")
+                                       f"decisive condition, {len(undecided)} decided without a value, "
+                                       f"{len(no_value) - len(undecided)} apparatus errors ({cls})")
         return FleetVerdict(**base, **empty, verdict="error", inconclusive_class=None, notes=tuple(notes),
                             reason=f"no unit gave a value ({len(no_value)} apparatus errors); an error is not a fail")
     try:

@@ -131,35 +131,11 @@ def claim_limits(claim: Claim) -> Any:
                              tolerance=tolerance)
 
 
-def _undecided(claim: Claim, units: Sequence[Unit]) -> dict[str, Any]:
-    """The fleet record when no unit has a value and none is an apparatus error (every unit decided without one:
-    engagement-only, resolution-limited before staging, an unmatched condition with nothing staged): inconclusive
-    with the units' class (a condition class first, in its order). fleet_verdict would call this an error (its
-    step 1 counts every unit without a value as an apparatus error), which it is not."""
-    found = {u.verdict.inconclusive_class or "inconclusive" for u in units}
-    classes = [c for c in CONDITION_CLASSES if c in found] + sorted(found - set(CONDITION_CLASSES))
-    names = [u.name for u in units]
-    return FleetRecord(
-        claim_id=claim.id, verdict="inconclusive", inconclusive_class=classes[0], rule=FLEET_RULE_NAME,
-        rule_version=FLEET_RULE_VERSION, rule_kind="typical" if claim.kind == "typical" else "limits",
-        coverage=0.90, confidence=0.95,
-        limits=LimitsRecord(semantics="point", unit=claim.unit, low=None, high=None, typical=None,
-                            note="no unit was measured"),
-        units=UnitsRecord(total=len(units), graded=[], used=[], no_value=[], condition_unmatched=names, failing=[]),
-        tolerance_interval=None, population_mean=None, units_needed=None, precision=None,
-        precision_with_outliers=None, screening=None,
-        reason=f"no unit gave a value, none for an apparatus error: all {len(units)} were decided without one "
-               f"({', '.join(classes)})",
-        notes=[]).model_dump(mode="json")
-
-
 def fleet_of(claim: Claim, units: Sequence[Unit]) -> dict[str, Any]:
     """The fleet section of one claim: its fleet record (calibration.fleet_records) and, when units of two or
     more labs were graded on their numbers, the labs' comparison (else `labs: None`)."""
     if not units:
         return {"fleet": None, "labs": None}
-    if all(u.verdict.measured is None and u.verdict.verdict != "error" for u in units):
-        return {"fleet": _undecided(claim, units), "labs": None}
     results = [u.result() for u in units]
     try:
         decided = fleet_verdict(claim.id, claim_limits(claim), results)
