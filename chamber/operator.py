@@ -295,10 +295,12 @@ class OperatorRefused(ChamberError, ValueError):
 
 class RowMeter:
     """Rows done, elapsed and ETA of a measurement or protocol run (chamber.protocol_runner's progress) on a text
-    stream with the one progress line of every long command (firmware_bridge/progress_line.py): redrawn in place
-    on a terminal, cut to its width - 1; otherwise a line at the start, at most one every `every` seconds and one
-    at the end: a WAIT is the note of the line on a terminal, and a line of its own when piped only if it lasts
-    the calm interval or more (so a piped log grows by a line or two per `every` seconds, never one per WAIT)."""
+    stream with the one progress line of every long command (firmware_bridge/progress_line.py): the run's own
+    elapsed time (so the last line says what the summary says) and ETA (rows at the measured rate plus the WAITs
+    ahead, counted down through a WAIT); redrawn in place on a terminal, fitted to its width - 1; otherwise a
+    line at the start, at most one every `every` seconds and one at the end: a WAIT is the note of the line on a
+    terminal, and a line of its own when piped only if it lasts the calm interval or more (so a piped log grows
+    by a line or two per `every` seconds, never one per WAIT)."""
 
     def __init__(self, label: str, stream: TextIO, every: float | None = None, *, width: int | None = None,
                  tty: bool | None = None, clock: Callable[[], float] | None = None) -> None:
@@ -314,11 +316,12 @@ class RowMeter:
     def __call__(self, p: Any) -> None:
         if self.ended:
             return
-        if not self.line.open:
-            self.line.start(f"{self.label}: rows", p.rows_total)
+        if not self.line.open:  # elapsed from the run's own start (its summary's seconds), not from this call
+            self.line.start(f"{self.label}: rows", p.rows_total, elapsed_s=p.elapsed_s)
         note = p.note()
         long_wait = not self.line.tty and p.waiting_s >= self.line.every  # a WAIT of a calm interval or more
-        self.line.update(p.rows_done, note, total=p.rows_total, eta_s=p.eta_s, force=long_wait)
+        self.line.update(p.rows_done, note, total=p.rows_total, eta_s=p.eta_s, force=long_wait,
+                         elapsed_s=p.elapsed_s)
         if p.rows_done >= p.rows_total and not p.waiting_s and not p.eta_s:  # every row, no WAIT left
             self.line.finish()
             self.ended = True
@@ -355,10 +358,15 @@ def info_job(selection: Any, *, warn: Say) -> dict[str, Any]:
                 "link": chamber.link_stats()}
 
 
-def info_text(d: dict[str, Any]) -> str:
-    return "\n".join([f"chamber {d['chamber']}, config {d['config']}, {len(d['variables'])} variables"]
-                     + [f"  {v['name']:<20} {v['kind']:<12} {v['unit']:<11} {v['allowed']}" for v in d["variables"]]
-                     + ["link: " + ", ".join(f"{k}={v}" for k, v in d["link"].items())])
+def info_text(d: dict[str, Any], width: Any = "terminal") -> str:
+    """The board's variables as a table and its link counters, fitted to a terminal's width (progress_line)."""
+    from firmware_bridge.progress_line import fit_text, table_lines, wrap_parts
+
+    return fit_text("\n".join(
+        [f"chamber {d['chamber']}, config {d['config']}, {len(d['variables'])} variables"]
+        + table_lines([(f"  {v['name']}", v["kind"], v["unit"], v["allowed"]) for v in d["variables"]],
+                      (22, 12, 11, 0), width, indent="      ")
+        + wrap_parts([f"{k}={v}" for k, v in d["link"].items()], width, head="link: ")), width)
 
 
 def measure_command(selection: Any, n: int, assignments: list[str] | None, *, safe: str | Path | None,
@@ -456,11 +464,13 @@ def shell_command(selection: Any, *, safe: str | Path | None, stdin: TextIO, std
             "script_failed": end.script_failed, "safe_state": outcome.to_dict()}
 
 
-def validate_text(d: dict[str, Any]) -> str:
+def validate_text(d: dict[str, Any], width: Any = "terminal") -> str:
     from chamber.protocol_runner import format_duration
+    from firmware_bridge.progress_line import wrap_parts
 
-    return (f"{d['protocol']}: valid for {d['chamber']}/{d['config']}: {d['instructions']} instructions, "
-            f"{d['rows']} rows, {format_duration(d['wait_s'])} of WAIT")
+    return "\n".join(wrap_parts([f"{d['instructions']} instructions", f"{d['rows']} rows",
+                                 f"{format_duration(d['wait_s'])} of WAIT"], width,
+                                head=f"{d['protocol']}: valid for {d['chamber']}/{d['config']}: "))
 
 
 def protocol_command(selection: Any, protocol: Path, output: Path | None, *, validate_only: bool,
@@ -507,13 +517,18 @@ def protocol_command(selection: Any, protocol: Path, output: Path | None, *, val
             "safe_source": opened.safe.source}
 
 
-def protocol_text(d: dict[str, Any]) -> str:
-    """A protocol run's outcome, CSV and safe state (or, for an offline check, validate_text)."""
+def protocol_text(d: dict[str, Any], width: Any = "terminal") -> str:
+    """A protocol run's outcome, CSV and safe state (or, for an offline check, validate_text), fitted to a
+    terminal's width; its time as the progress line's elapsed says it (m:ss), then in seconds."""
+    from firmware_bridge.progress_line import clock_text, fit_text, wrap_parts
+
     if d.get("valid"):
-        return validate_text(d)
+        return validate_text(d, width)
     state = ("INTERRUPTED at line " + str(d["stopped_at_line"]) if d["interrupted"] else
              f"FAILED at line {d['stopped_at_line']}: {d['error']['type']}: {d['error']['message']}"
              if d["error"] else "done")
-    return "\n".join([f"{d['protocol']}: {state}; {d['rows']}/{d['rows_total']} rows in {d['seconds']:.1f} s "
-                      f"({d['instructions_done']}/{d['instructions_total']} instructions)",
-                      f"csv: {d['output']}", safe_text([d["safe_state"]])])
+    return fit_text("\n".join([
+        *wrap_parts([f"{d['rows']}/{d['rows_total']} rows in {clock_text(d['seconds'])} ({d['seconds']:.1f} s)",
+                     f"{d['instructions_done']}/{d['instructions_total']} instructions"], width,
+                    head=f"{d['protocol']}: {state}; "),
+        f"csv: {d['output']}", safe_text([d["safe_state"]])]), width)

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from firmware_bridge.progress_line import TERMINAL, fit_line, fit_text, line_limit, table_lines, wrap_parts
 from protocols.claims import Claim, get_claim
 from protocols.exit_codes import outcomes_of
 from protocols.bench_job import open_lab
@@ -79,11 +80,13 @@ def calibrate_job(selection: Any, *, n: int, osr: int, output: str | Path | None
     return {"record": record.model_dump(mode="json", by_alias=True), "path": output, "safe_state": outcomes_of(opened)}
 
 
-def calibration_text(d: Mapping[str, Any]) -> str:
+def calibration_text(d: Mapping[str, Any], width: Any = TERMINAL) -> str:
+    """The calibration's mean, spread and offsets (each line fitted to a terminal's width: fit_text)."""
     p = d["record"]["parameters"]
-    return "\n".join([f"cross-sensor mean {p['mean']:.2f} Pa (u {p['mean_u']:.2f} Pa), spread {p['spread']:.2f} Pa"]
-                     + [f"  {k:<18} offset {v:+7.2f} Pa  (u {p['offset_u'][k]:.2f})" for k, v in p["offsets"].items()]
-                     + ([f"record written to {d['path']}"] if d["path"] else []))
+    return fit_text("\n".join(
+        [f"cross-sensor mean {p['mean']:.2f} Pa (u {p['mean_u']:.2f} Pa), spread {p['spread']:.2f} Pa"]
+        + [f"  {k:<18} offset {v:+7.2f} Pa  (u {p['offset_u'][k]:.2f})" for k, v in p["offsets"].items()]
+        + ([f"record written to {d['path']}"] if d["path"] else [])), width)
 
 
 # --------------------------------------------------------------------------------------------- check
@@ -116,6 +119,8 @@ def check_job(claims: Sequence[Claim], selection: Any, *, rows: int, calibration
                                        link=say if progress is None else link_notes(progress))
             except BatchInterrupted as stop:  # the chambers are made safe leaving the block; the verdicts stay
                 results, not_graded = stop.results, stop.not_graded
+                if progress is not None:  # its line ends before the lines that follow
+                    progress.stage("interrupted")
                 say(f"interrupted: {len(results)} claim(s) graded, {len(not_graded)} not graded; leaving the "
                     "chambers in their safe state")
     finally:
@@ -167,33 +172,46 @@ def check_command(claims: Mapping[str, Claim], claim_id: str | None, all: bool, 
     return {**body, **stopped, "safe_state": safe, **({"incomplete": {"error_verdicts": errors}} if errors else {})}
 
 
-def check_text(d: Mapping[str, Any]) -> str:
-    """The table of a `check --all`, or one claim's row and the reason for its verdict (a fleet's: fleet_text)."""
+def check_text(d: Mapping[str, Any], width: Any = TERMINAL) -> str:
+    """The table of a `check --all`, or one claim's row and the reason for its verdict (a fleet's: fleet_text);
+    on a terminal every line fits its width (`width`: columns, None: whole lines, TERMINAL: stdout's)."""
     from protocols.exit_codes import unconfirmed_note
 
     if "units" in d or "chambers" in d and "source" in d:
         from protocols.fleet_job import fleet_text
 
-        return fleet_text(d)
-    text = (check_table_text(d["results"]) + (f"\npool: {d['pool']}" if d.get("pool") else "")
-            if "results" in d else check_table_text([d]) + "\n\n" + d["reason"])
+        return fleet_text(d, width)
+    text = (check_table_text(d["results"], width) + (f"\npool: {d['pool']}" if d.get("pool") else "")
+            if "results" in d else check_table_text([d], width) + "\n\n" + d["reason"])
     stopped = (f"interrupted: {len(d['results']) if 'results' in d else 1} claim(s) graded before the stop, "
                f"{len(d['not_graded'])} not graded" if d.get("interrupted") else None)
-    return "\n".join([text, *filter(None, [stopped, unconfirmed_note(d.get("safe_state"))])])
+    return fit_text("\n".join([text, *filter(None, [stopped, unconfirmed_note(d.get("safe_state"))])]), width)
 
 
-def check_table_text(results: Sequence[Mapping[str, Any]]) -> str:
-    """The verdict table: claim, verdict, value ± u, k, matched/unmatched conditions, class; then the counts."""
+def check_table_text(results: Sequence[Mapping[str, Any]], width: Any = TERMINAL) -> str:
+    """The verdict table: claim, verdict, value ± u, k, matched/unmatched conditions, class; then the counts.
+    Piped, or on a terminal wide enough, one aligned line per claim; on a narrower terminal the claim and verdict
+    columns stay and the rest follows them as parts (value ± u, k, cond m/u, class), continued under the value
+    column (firmware_bridge.progress_line.wrap_parts: never inside a part)."""
     header = f"{'claim':<36} {'verdict':<13} {'value ± u':<28} {'k':>5} {'cond m/u':>8}  class"
-    lines = [header, "-" * len(header)]
+    rows = []
     for r in results:
         m = r["measured"]
         value = "—" if not m or m["value"] is None else f"{m['value']} ± {m['u']} {m['unit']}"
         k = "" if not m or m["k"] is None else f"{m['k']:.2f}"
         cond = f"{len(r['matched_conditions'])}/{len(r['unmatched_conditions'])}"
-        lines.append(f"{r['claim_id']:<36} {r['verdict']:<13} {value:<28} {k:>5} {cond:>8}  {r['class'] or ''}")
+        rows.append((r, value, k, cond))
+    lines = [f"{r['claim_id']:<36} {r['verdict']:<13} {value:<28} {k:>5} {cond:>8}  {r['class'] or ''}".rstrip()
+             for r, value, k, cond in rows]
+    limit = line_limit(width)
+    if limit is not None and max(len(x) for x in [header, *lines]) > limit:  # narrow: claim, verdict, then parts
+        header = f"{'claim':<36} {'verdict':<12} value ± u, k, cond m/u, class"
+        lines = [x for r, value, k, cond in rows for x in wrap_parts(
+            [p for p in (value if value != "—" else "", k and f"k {k}", f"cond {cond}", r["class"] or "") if p],
+            width, head=f"{r['claim_id']:<36} {r['verdict']:<12} ", indent=" " * 50)]
     counts = sorted(Counter(r["verdict"] for r in results).items())
-    return "\n".join([*lines, "", "  ".join(f"{k}: {v}" for k, v in counts)])
+    return "\n".join([*fit_line(header, width), "-" * min(len(header), limit or len(header)), *lines, "",
+                      *wrap_parts([f"{k}: {v}" for k, v in counts], width, sep="  ")])
 
 
 # --------------------------------------------------------------------------------------------- sweep
@@ -248,17 +266,23 @@ def sweep_measurement(claim: Claim, selection: Any, recording: str | Path | None
     return result.measurement, outcomes_of(opened)
 
 
-def sweep_text(d: Mapping[str, Any]) -> str:
+def sweep_text(d: Mapping[str, Any], width: Any = TERMINAL) -> str:
+    """The sweep's table: each bound tried, its distance and verdict (a fleet's: the fleet verdict and interval);
+    fitted to a terminal's width like every summary."""
     if "units" in d:
         from protocols.fleet_job import fleet_text
 
-        return "\n".join([fleet_text(d), f"{'bound':>24} {'fleet verdict':<14} {'class':<24} interval"]
-                         + [f"{r['bound']:>24} {r['verdict'] or '-':<14} {r['class'] or '':<24} "
-                            f"[{r['lower']}, {r['upper']}]" for r in d["rows"]])
+        widths = (24, 14, 24, 0)
+        rows = [(f"{'bound':>24}", "fleet verdict", "class", "interval")] + [
+            (f"{r['bound']:>24}", r["verdict"] or "-", r["class"] or "", f"[{r['lower']}, {r['upper']}]")
+            for r in d["rows"]]
+        return "\n".join([fleet_text(d, width), *table_lines(rows, widths, width)])
     m = d["measured"]
-    return "\n".join([f"{d['claim_id']}: measured {m['value']} ± {m['u']} {m['unit']}, "
-                      f"c = {d['combined_uncertainty']}", f"{'bound':>24} {'distance':>22}  verdict"]
-                     + [f"{r['bound']:>24} {r['distance']:>22}  {r['verdict']}" for r in d["rows"]])
+    return "\n".join([*wrap_parts([f"measured {m['value']} ± {m['u']} {m['unit']}",
+                                   f"c = {d['combined_uncertainty']}"], width, head=f"{d['claim_id']}: "),
+                      *table_lines([(f"{'bound':>24}", f"{'distance':>22}", "verdict")]
+                                   + [(f"{r['bound']:>24}", f"{r['distance']:>22}", r["verdict"]) for r in d["rows"]],
+                                   (24, 23, 0), width)])
 
 
 # --------------------------------------------------------------------------------------------- station check
@@ -277,12 +301,15 @@ def station_check_job(station_file: str | Path, *, claims: bool) -> dict[str, An
     return report
 
 
-def station_text(d: Mapping[str, Any]) -> str:
+def station_text(d: Mapping[str, Any], width: Any = TERMINAL) -> str:
+    """Each instrument's check, the rails and positions, and the envelope (fitted to a terminal's width)."""
     lines = [f"station {d['station']} ({d['backend']}): {'OK' if d['ok'] else 'NOT OK'}"]
     for r in d["instruments"]:
         status = "ok " if r["ok"] else "BAD"
-        lines.append(f"  {status} {r['name']:<16} {r['kind']:<22} {r['resource']:<18} "
-                     + (r["idn"] or "no *IDN? reply") + ("" if r["ok"] else f"\n      {r['error']}"))
+        lines += table_lines([(f"  {status}", r["name"], r["kind"], r["resource"], r["idn"] or "no *IDN? reply")],
+                             (5, 16, 22, 18, 0), width, indent="      ")
+        if not r["ok"]:
+            lines.append(f"      {r['error']}")
     for r in d["rails"]:
         lines.append(f"  rail {r['name']}: {r['instrument']} -> {r['component']} ({r['chamber']}: "
                      f"{', '.join(r['reads'])})")
@@ -291,4 +318,4 @@ def station_text(d: Mapping[str, Any]) -> str:
     for e in d.get("envelope", []):
         mark = "gradable" if e["gradable_with_station"] else "not gradable"
         lines.append(f"  {e['claim_id']:<36} {mark:<13} {e['note']}")
-    return "\n".join(lines)
+    return fit_text("\n".join(lines), width)

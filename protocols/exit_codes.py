@@ -8,10 +8,14 @@ and the CLI, and `run`'s status in its index and summary, derive the code from i
 | code | meaning |
 |---|---|
 | 0 | everything asked was done |
-| 1 | the command completed, but not everything asked was done: an `error` verdict, an agent engine error, a cell not run, an extraction without a submitted answer, a station check that failed |
+| 1 | the command completed, but not everything asked was done: an `error` verdict, an agent engine error, a cell not run, an agent part asked for by name (`run --model`) and skipped for want of datasheets, an extraction without a submitted answer, a station check that failed |
 | 2 | refused (bad input or options, before any work) or failed (an exception) |
 | 3 | the safe state of a chamber could not be confirmed: the chamber may be left running (wins over every other code) |
 | 130 | interrupted (Ctrl-C or SIGTERM), the chambers left safe |
+
+A part skipped whole is short only when it was asked for by name: the main job's default agent (no `--model`) on a
+clone without the datasheets is skipped with a line saying how to get them, and the run exits 0 (the job counts what
+was not done: agent.main_job.shortfall).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from firmware_bridge.progress_line import TERMINAL, fit_text, line_limit, table_lines
 from protocols.claims import Claim
 from protocols.fleet_campaign import Campaign, fleet_chambers, grade_campaign
 from protocols.fleet_file import Fleet, load_fleet
@@ -218,13 +219,18 @@ def labs_lines(labs: Mapping[str, Any] | None) -> list[str]:
     return [head, *rows]
 
 
-def section_text(section: Mapping[str, Any], *, all_units: bool) -> list[str]:
+def section_text(section: Mapping[str, Any], *, all_units: bool, width: Any = None) -> list[str]:
+    """One claim's fleet verdict, its units' table (`all_units`), statistics, screening and labs; the table rows
+    fitted to `width` (table_lines: broken between cells), the other lines left to the caller's fit_text."""
     units = section["units"]
     lines = [fleet_line(section)]
     if all_units:
-        header = f"  {'unit':<28} {'verdict':<13} {'value ± u':<30} class"
-        lines += [header, "  " + "-" * (len(header) - 2)]
-        lines += [f"  {u['unit']:<28} {u['verdict']:<13} {_measured(u):<30} {u['class'] or ''}" for u in units]
+        widths = (30, 13, 30, 0)
+        header = table_lines([("  unit", "verdict", "value ± u", "class")], widths, width, indent="      ")
+        limit = line_limit(width)
+        lines += [*header, "  " + "-" * (min(max(len(x) for x in header), limit or 10**6) - 2)]
+        lines += table_lines([(f"  {u['unit']}", u["verdict"], _measured(u), u["class"] or "") for u in units],
+                             widths, width, indent="      ")
     f = section.get("fleet")
     if f:
         lines.append("  " + _stats(f))
@@ -233,15 +239,17 @@ def section_text(section: Mapping[str, Any], *, all_units: bool) -> list[str]:
     return lines + labs_lines(section.get("labs"))
 
 
-def fleet_text(d: Mapping[str, Any]) -> str:
-    """`check --fleet`'s text: one claim with every unit, or every claim's fleet verdict; the chambers at the end."""
+def fleet_text(d: Mapping[str, Any], width: Any = TERMINAL) -> str:
+    """`check --fleet`'s text: one claim with every unit, or every claim's fleet verdict; the chambers at the end.
+    On a terminal every line fits its width (firmware_bridge.progress_line: broken at spaces or between cells,
+    never inside a number); piped, whole lines."""
     from protocols.exit_codes import unconfirmed_note
 
     sections = d["results"] if "results" in d else [d]
     lines = [f"fleet {d['source']}: {len(d['chambers'])} chamber(s), "
              f"{sum(len(s['units']) for s in sections)} unit verdict(s) in {d.get('seconds', '?')} s"]
     for s in sections:
-        lines += section_text(s, all_units="results" not in d)
+        lines += section_text(s, all_units="results" not in d, width=width)
     counts = Counter((s.get("fleet") or {}).get("verdict", "none") for s in sections)
     lines.append("fleet verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     for c in d["chambers"]:
@@ -251,4 +259,4 @@ def fleet_text(d: Mapping[str, Any]) -> str:
         lines.append(f"interrupted: {len(d.get('not_graded', []))} claim(s) not graded on some chamber")
     if note := unconfirmed_note(d.get("safe_state")):
         lines.append(note)
-    return "\n".join(lines)
+    return fit_text("\n".join(lines), width)

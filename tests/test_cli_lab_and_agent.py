@@ -26,22 +26,43 @@ def test_a_lab_with_only_the_wind_tunnel_grades_a_light_tunnel_claim_inconclusiv
     assert "not connected" in result["reason"]
 
 
-def test_run_without_datasheets_finishes_the_chamber_part_and_says_the_agent_part_was_skipped(
+def test_run_without_datasheets_finishes_exit_0_and_says_in_one_line_the_agent_part_was_skipped(
         capsys, tmp_path, monkeypatch):
+    """Issue 35: a clone without ../shared (CHAMBERLAB_SHARED at an empty folder). `run` as `make run` types it
+    (the default agent, not asked for by name) completes the chamber part and exits 0; its summary says in one
+    line that the agent part was skipped because no datasheet was found, and how to get them."""
     shared = tmp_path / "shared"
     shared.mkdir()
     monkeypatch.setenv("CHAMBERLAB_SHARED", str(shared))
     r = run_cli(capsys, "run", "--runs-dir", str(tmp_path / "runs"), "--rows", "8", "--no-station",
-                "--claims", "dps310-operating-range", "--new", "--json")
-    assert r.code == 1, r.err  # the agent part was asked for and not run: done short of what was asked
+                "--claims", "dps310-operating-range", "--new")
+    assert r.code == 0, r.err
+    lines = r.out.strip().splitlines()
+    assert lines[0].endswith(": finished"), lines[0]
+    (skipped,) = [x for x in lines if x.startswith("agent:")]  # one line (piped: whole lines)
+    assert "skipped: no datasheet in " + str(shared / "datasheets") in skipped and "DPS310.pdf" in skipped
+    assert f"chamberlab datasheet fetch --all --dir {shared / 'datasheets'}" in skipped
+    assert "set CHAMBERLAB_SHARED to the folder that holds datasheets/" in skipped
+    assert any(x.startswith("verdicts:") for x in lines)
+    assert "agent part will be skipped" in r.err and "ScoreInputError" not in r.err + r.out
+    report = Path([x for x in lines if x.startswith("report:")][0].split(None, 1)[1])
+    assert report.exists()
+
+
+def test_run_without_datasheets_with_the_model_named_is_short_exit_1(capsys, tmp_path, monkeypatch):
+    """The agent part asked for by name (`--model`) and skipped for want of datasheets: done short of what was
+    asked (README, "Exit codes")."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setenv("CHAMBERLAB_SHARED", str(shared))
+    r = run_cli(capsys, "run", "--runs-dir", str(tmp_path / "runs"), "--rows", "8", "--no-station",
+                "--claims", "dps310-operating-range", "--new", "--model", "scripted:reader", "--json")
+    assert r.code == 1, r.err
     summary = r.json()
     assert summary["status"] == "completed with errors" and summary["incomplete"] == {"cells_not_run": 1}
     assert "agent" not in summary and sum(summary["verdicts"].values()) > 0
-    skipped = summary["agent_skipped"]
-    assert f"no datasheet in {shared / 'datasheets'}" in skipped and "DPS310.pdf" in skipped
-    assert "set CHAMBERLAB_SHARED to the folder that holds datasheets/" in skipped
-    assert "agent part will be skipped" in r.err and "ScoreInputError" not in r.err + r.out
-    assert Path(summary["report"]).exists()
+    assert f"no datasheet in {shared / 'datasheets'}" in summary["agent_skipped"]
+    assert summary["provenance"]["model"] == "scripted:reader"
 
 
 @pytest.fixture()

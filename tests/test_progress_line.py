@@ -54,7 +54,14 @@ def test_a_long_line_is_cut_to_79_columns_at_80_and_shows_count_elapsed_and_eta(
     shown = segments(screen.getvalue())
     assert max(len(s) for s in shown) <= 79
     final = segments(screen.getvalue())[-2]  # the stage's last line (the text after it: empty)
-    assert final.endswith("…") and len(final) == 79  # cut, and the cut is marked
+    assert len(final) == 79  # padded to the width - 1
+    # the label gives way (cut, marked) so that the figures show whole; no room is left for the note
+    assert final.rstrip().endswith("… 10/10 (100 %) elapsed 1:00 ETA 0:00"), final
+    line = ProgressLine(screen, width=80, tty=True, clock=clock)
+    line.start("checks", 10)
+    line.advance("a note that goes on and on " * 5)
+    cut = line.text()
+    assert len(cut) <= 79 and cut.endswith(" a note …"), cut  # the note cut at a space, marked
     short = io.StringIO()
     line = ProgressLine(short, width=80, tty=True, clock=clock)
     line.start("checks", 4)
