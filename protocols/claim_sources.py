@@ -157,9 +157,17 @@ def run_pool_dir(path: Path, *, levels: int = 2) -> Path | None:
     return None
 
 
-def claims_for_run(path: Path) -> tuple[dict[str, Claim], str]:
-    """The claims to grade what lies at `path` against, and where they came from: the run's recorded pool when
-    there is one (run_pool_dir), else the main job's default pool (MAIN_JOB_POOL)."""
+GIVEN_CLAIMS = "the claims given (--claims)"
+"""Where claims_for_run says its claims came from when the caller gave them."""
+
+
+def claims_for_run(path: Path, given: Mapping[str, Claim] | None = None) -> tuple[dict[str, Claim], str]:
+    """The claims to grade what lies at `path` against, and where they came from: `given` when the caller has
+    them (`--claims`: they win over anything recorded), else the run's recorded pool when there is one
+    (run_pool_dir; a damaged one raises ClaimFileError, never a quiet fallback), else the main job's default pool
+    (MAIN_JOB_POOL). The one reader of a run's pool: scoring and the report both ask it."""
+    if given is not None:
+        return dict(given), GIVEN_CLAIMS
     folder = run_pool_dir(path)
     pool = load_run_pool(folder) if folder is not None else None
     if pool is not None and folder is not None:

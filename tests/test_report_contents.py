@@ -32,7 +32,8 @@ PROVENANCE = {"software_version": "0.1.0+test", "started_utc": "2026-12-01T21:30
 # Verdict records as checks.json carries them (fields the report reads), from a real run of the main job.
 OPERATING_RANGE = {
     "claim_id": "dps310-operating-range", "verdict": "pass", "class": None,
-    "measured": {"value": "945.257", "unit": "hPa", "u": "0.025"}, "distance": "-254.743",
+    "measured": {"value": "945.257", "unit": "hPa", "u": "0.025", "k": 3.1824463052837078, "dof": 3.0},
+    "distance": "-254.743",
     "combined_uncertainty": "0.025", "reason": "inside the claim by 254.743 hPa, more than c = 0.025 hPa",
     "verdict_detail": {"measured": "945.257", "u": "0.025", "resolution": None},
     "measurement_detail": {"budget": {"quantity": "cross-sensor mean pressure", "unit": "Pa", "components": [
@@ -40,7 +41,8 @@ OPERATING_RANGE = {
          "basis": "s/sqrt(n) of n=4", "sensitivity": 1.0}]}}}
 BIT_DEPTH = {
     "claim_id": "si115x-adc-bit-depth", "verdict": "pass", "class": None,
-    "measured": {"value": "65535.00", "unit": "counts", "u": "0.29"}, "distance": "-65535.00",
+    "measured": {"value": "65535.00", "unit": "counts", "u": "0.29", "k": 1.959963984540054},
+    "distance": "-65535.00",
     "combined_uncertainty": "0.29", "reason": "inside the claim by 65535.00 counts, more than c = 0.29 counts",
     "verdict_detail": {"measured": "65535.00", "u": "0.29", "resolution": None},
     "measurement_detail": {"details": {"largest_code": 65535}}}
@@ -48,7 +50,7 @@ INCONCLUSIVE = {"claim_id": "a4988-blank-time", "verdict": "inconclusive", "clas
                 "measured": None, "reason": "decisive condition not matched: blanking interval"}
 # The station's absolute-accuracy pass: c = sqrt(2.5² + 100²) is irrational and the verdict carries 50 digits.
 ABSOLUTE = {"claim_id": "dps310-absolute-accuracy", "verdict": "pass", "class": None,
-            "measured": {"value": "-1.4", "unit": "Pa", "u": "2.5"}, "distance": "1.4",
+            "measured": {"value": "-1.4", "unit": "Pa", "u": "2.5", "k": 1.9599651054872063}, "distance": "1.4",
             "combined_uncertainty": "100.03124511871278312045039089434960422855629932206",
             "verdict_detail": {"measured": "-1.4", "u": "2.5", "resolution": None}}
 
@@ -127,7 +129,8 @@ def test_provenance_comes_first_with_chambers_ports_seed_model_version_date_and_
     assert "wt: emulated board on /dev/pts/7, config standard" in prov
     assert "lt: real chamber on /dev/serial/by-id/usb-Arduino-lt" in prov
     for expected in ("| seed | 7 |", "| model | scripted:reader |", "| software version | 0.1.0+test |",
-                     "2026-12-01T21:30:40Z to 2026-12-01T21:31:02Z", "| duration | 22.4 s |", "| limits file | none |"):
+                     "| date | 2026-12-01 21:30:40 UTC to 2026-12-01 21:31:02 UTC |",  # to the second, one clock
+                     "| duration | 22.4 s |", "| limits file | none |"):
         assert expected in prov, expected
 
 
@@ -149,7 +152,10 @@ def test_calibration_offsets_and_one_budget_in_full(tmp_path: Path):
     for name, offset in record["parameters"]["offsets"].items():
         u = record["parameters"]["offset_u"][name]
         p = places_for_u(u)
-        assert f"| {name} | {number(offset, places=p)} ± {number(u, places=p)} |" in cal
+        k = UncertaintyBudget.from_dict(record["budgets"]["offsets"][name]).coverage_factor
+        assert (f"| {name} | {number(offset, places=p)} ± {number(k * u, places=p)} (k = {k:.2f}) | "
+                f"{number(u, places=p)} |") in cal  # m ± U (k) as every table writes it, then its u
+    assert "2026-12-01 21:30:00 UTC" in cal and "T21:30" not in cal  # the calibration's time to the second
     budget = UncertaintyBudget.from_dict(record["budgets"]["offsets"]["pressure_ambient"])
     rows = [t for t in _tables(cal) if t[0][0] == "component x_i"][0][2:]
     assert len(rows) == 4 and sorted(r[4] for r in rows) == ["-0.250", "-0.250", "-0.250", "0.750"]
@@ -233,7 +239,9 @@ def test_the_fallback_sweep_figure_has_units_and_no_offset_label(tmp_path: Path)
     fig = figs.fig_sweep(sweep)
     figs.save(fig, tmp_path / "s.svg")
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "claimed bound (hPa), increasing →" and ax.get_ylabel() == "distance d (hPa)"
+    assert ax.get_xlabel() == "claimed bound as moved (hPa), increasing →" and ax.get_ylabel() == "distance d (hPa)"
+    fig = figs.fig_sweep({**sweep, "bound": "high"})
+    assert fig.axes[0].get_xlabel() == "upper bound as moved (hPa), increasing →"  # the bound it moved
     assert ax.xaxis.get_offset_text().get_text() == "" and ax.yaxis.get_offset_text().get_text() == ""
 
 
@@ -251,7 +259,8 @@ def test_no_long_decimals_and_every_table_fits_the_page(tmp_path: Path):
     run = run_folder(tmp_path)
     report = write_report(run).read_text()
     station = _section(report, "With the instrument station")
-    assert "| dps310-absolute-accuracy | pass | -1.4 ± 2.5 Pa | 1.4 Pa | 100.0 Pa |" in station
+    # m ± U (k) with the measurement's own U (k·u = 4.9 Pa, not k·c = 196 Pa), the printed band, d and c
+    assert "| dps310-absolute-accuracy | pass | -1.4 ± 4.9 Pa (k = 1.96) | 0 ± 100 Pa | 1.4 Pa | 100.0 Pa |" in station
     assert not re.search(r"\d\.\d{9,}", report)  # no float or 50-digit Decimal spilled into the text
     assert "…" not in station
     for table in _tables(report):
@@ -268,14 +277,19 @@ def test_the_two_weak_passes_carry_their_caveats_next_to_the_claim(tmp_path: Pat
     verdicts = _section(report, "Chamber verdicts")
     bit_row = next(line for line in verdicts.splitlines() if line.startswith("| si115x-adc-bit-depth |"))
     range_row = next(line for line in verdicts.splitlines() if line.startswith("| dps310-operating-range |"))
-    assert "cannot show that the ADC reaches 23 bits" in bit_row and "largest code seen 65535" in bit_row
-    assert "one ambient reading (945.257 ± 0.025 hPa)" in range_row
+    assert "Weak pass: see its caveat under the table" in bit_row and "Weak pass" in range_row
+    table_end = verdicts.index("\n\n", verdicts.index(range_row))  # the caveats in full, right under the table
+    caveats = verdicts[table_end:].split("\n\n")[1].splitlines()
+    bit = next(line for line in caveats if line.startswith("- si115x-adc-bit-depth: **caveat — "))
+    assert "cannot show that the ADC reaches 23 bits" in bit and "largest code seen 65535" in bit
+    assert any(line.startswith("- dps310-operating-range: **caveat — ") and
+               "one ambient reading (945.257 ± 0.080 hPa (k = 3.18))" in line for line in caveats)
     glance = _section(report, "At a glance")
     assert glance.count("caveat:") == 2
     blank = next(line for line in verdicts.splitlines() if line.startswith("| a4988-blank-time |"))
     assert "Caveat" not in blank
     html = (tmp_path / "20261201T213041Z" / "report.html").read_text()
-    assert "<b>Caveat — weak pass: the chamber firmware reads" in html
+    assert "<b>caveat — weak pass: the chamber firmware reads" in html
 
 
 def test_caveats_are_keyed_by_real_claim_ids_and_only_on_a_pass():

@@ -13,12 +13,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from agent.scoring import report_chamber_figures as cf
 from agent.scoring import report_figures as figs
 from agent.scoring.report import write_report
 from agent.scoring.report_git import UNKNOWN, SourceState, read_source_state
+from agent.scoring.report_rows import verdict_row
+from protocols.claim_sources import load_main_job_claims, write_run_pool
 from tests.test_report_contents import ABSOLUTE, BIT_DEPTH, OPERATING_RANGE, _cell, run_folder
 
 COMMIT = SourceState("0123456789abcdef0123456789abcdef01234567", True)
@@ -36,12 +37,11 @@ def _run(tmp_path: Path, **kw: Any) -> Path:
                                                    "unit": "Pa", "u": "2.5", "n": 800, "k": 3.18, "details": {
                                                        "unit_means_pa": {"pressure_upwind": 94531.0,
                                                                          "pressure_downwind": 94519.6}}}}
+    checks["results"][2] = {**checks["results"][2], "reason": LONG_REASON}  # the inconclusive row's reason
     (run / "checks.json").write_text(json.dumps(checks))
-    pool = {"claims": [{"id": "dps310-operating-range", "kind": "range", "low": "300", "high": "1200"},
-                       {"id": "si115x-adc-bit-depth", "kind": "range", "low": "0", "high": "8388607"},
-                       {"id": "dps310-absolute-accuracy", "kind": "point", "value": "0",
-                        "tolerance": {"value": "100"}}]}
-    (run / "claim_pool.json").write_text(json.dumps(pool))
+    pool = load_main_job_claims(None)
+    write_run_pool(run, [pool[c] for c in ("dps310-operating-range", "si115x-adc-bit-depth",
+                                           "dps310-absolute-accuracy", "a4988-blank-time")], ["packaged"])
     return run
 
 
@@ -136,10 +136,11 @@ def test_distance_and_c_carry_the_claims_unit_and_reasons_are_whole(tmp_path: Pa
     run = _run(tmp_path)
     report = write_report(run, source=COMMIT).read_text()
     row = next(line for line in report.splitlines() if line.startswith("| dps310-operating-range | pass"))
-    assert "| -254.743 hPa | 0.025 hPa |" in row
-    assert LONG_REASON in row and "…" not in report.split("## Absent inputs")[0]
-    header = next(line for line in report.splitlines() if line.startswith("| claim | verdict | class"))
-    assert "measured m ± u" in header and "distance d" in header
+    assert "| 945.257 ± 0.080 hPa (k = 3.18) | 300 to 1200 hPa | -254.743 hPa | 0.025 hPa |" in row
+    blank = next(line for line in report.splitlines() if line.startswith("| a4988-blank-time |"))
+    assert LONG_REASON in blank and "…" not in report.split("## Absent inputs")[0].split("## Chamber verdicts")[1]
+    header = next(line for line in report.splitlines() if line.startswith("| claim | verdict | m ± U"))
+    assert header == "| claim | verdict | m ± U (95 %) | limits | distance d | c | decision |"
 
 
 def test_provenance_has_the_commit_and_dirty_flag_or_unknown(tmp_path: Path):
@@ -212,8 +213,9 @@ def test_chamber_figures_are_legible_and_fit_the_page(tmp_path: Path):
     from matplotlib.text import Text
 
     results = [OPERATING_RANGE, BIT_DEPTH, ABSOLUTE]
-    rows = cf.definitive(results)
-    built = [cf.fig_verdicts(rows, {}), cf.fig_readings([("bit", BIT_DEPTH), ("range", {
+    pool = load_main_job_claims(None)
+    rows = [verdict_row(label, r, pool[r["claim_id"]]) for label, r in cf.definitive(results)]
+    built = [cf.fig_verdicts(rows)[0], cf.fig_readings([("bit", BIT_DEPTH), ("range", {
         **OPERATING_RANGE, "measurement_detail": {"value": "94525.6", "u": "2.5", "k": 3.18, "unit": "Pa", "n": 800,
                                                   "details": {"unit_means_pa": {"a": 94531.0, "b": 94519.6}}}})]),
              cf.fig_offsets(["p1", "p2"], {"p1": 1.5, "p2": -1.5}, {"p1": 0.05, "p2": 0.05}, "Pa")]
@@ -224,18 +226,20 @@ def test_chamber_figures_are_legible_and_fit_the_page(tmp_path: Path):
         sizes = [float(s) for s in re.findall(r"font-size: ([\d.]+)px", text)]  # what the browser draws
         assert sizes and min(sizes) >= figs.FONT_PT >= 10
         assert fig.get_figwidth() <= figs.MAX_WIDTH_IN
-    titles = [t.get_text() for t in built[0].findobj(Text) if ": pass, m = " in t.get_text()]
-    assert len(titles) == 3  # one row per definitive claim
-    assert "dps310-operating-range: pass, m = 945.257 ± 0.080 hPa (U, k = 3.18)" in titles[0] or any(
-        t.startswith("dps310-operating-range: pass, m = 945.257 ±") for t in titles)
+    titles = [t.get_text() for t in built[0].findobj(Text) if t.get_text().startswith("m ± U = ")]
+    assert len(titles) == 3  # one row per definitive claim, each with the table's numbers
+    assert titles[0] == "m ± U = 945.257 ± 0.080 hPa (k = 3.18); d = -254.743 hPa, c = 0.025 hPa"
+    assert titles[2] == "m ± U = -1.4 ± 4.9 Pa (k = 1.96); |m − s| = 1.4 Pa ≤ c = 100.0 Pa"  # own U, not k·c
 
 
 def test_a_claim_graded_by_both_the_chamber_and_the_station_is_one_row(tmp_path: Path):
     run = _run(tmp_path)
     write_report(run, source=COMMIT)
     svg = (run / "figures" / "verdicts.svg").read_text()
-    assert svg.count("dps310-operating-range") == 1  # the chamber's verdict; the station's copy is not repeated
-    assert "dps310-absolute-accuracy (station)" in svg  # definitive only with the station: shown, and said so
+    labels = re.findall(r'data-label="([^"]+)"', svg)
+    assert labels.count("dps310-operating-range") == 1  # the chamber's verdict; the station's copy is not repeated
+    assert "dps310-operating-range (station)" not in labels
+    assert "dps310-absolute-accuracy (station)" in labels  # definitive only with the station: shown, and said so
 
 
 def test_the_sweep_states_its_direction_and_its_legend_is_off_the_data(tmp_path: Path):

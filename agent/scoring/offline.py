@@ -64,8 +64,9 @@ def score_text(d: Mapping[str, Any]) -> str:
 
 
 def report_job(run_dir: Path, claims: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write run_dir/report.md, report.html and figures/ from what the run folder holds; cells re-scored (a folder
-    without a readable scores.json) are graded against the run's recorded claim pool unless `claims` is given."""
+    """Write run_dir/report.md, report.html and figures/ from what the run folder holds. Each verdict's limits are
+    drawn, and cells re-scored (a folder without a readable scores.json) graded, against the run's recorded claim
+    pool, or against `claims` when given (`--claims`): one reader, protocols.claim_sources.claims_for_run."""
     from agent.scoring.report import write_report
 
     if run_dir.is_dir() and not any((run_dir / n).exists() for n in RUN_FOLDER_FILES):

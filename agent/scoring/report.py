@@ -1,10 +1,12 @@
-"""The run report: RUN_DIR/report.md, PNG figures and RUN_DIR/report.html with the figures embedded.
+"""The run report: RUN_DIR/report.md, SVG figures and RUN_DIR/report.html with the figures embedded.
 
 Why it reads whatever is present: the main job writes the run directory piece by piece (summary.json,
 calibration.json, checks.json, station_checks.json, sweep.json, link.json, scores.json, cells/); a report that
 refused to render without every piece would hide the pieces that exist. Every input is read through one
 `_Inputs`, so the closing "Absent inputs" section lists exactly the files that were missing or unreadable, and
-nothing else. Numbers go through report_format.number (one rule for every figure), figures through
+nothing else; the claims (each verdict's limits) through the one reader of a run's pool,
+protocols.claim_sources.claims_for_run, which honours `--claims`. The verdict sections are report_verdicts', each
+definitive verdict one report_rows.VerdictRow that its table row and its figure row both print. Numbers go through report_format.number (one rule for every figure), figures through
 report_figures and report_chamber_figures (object API, never pyplot's global state, so reports can be rendered from
 threads and tests; written as SVG and embedded inline in the HTML), the two renderings through report_render.
 """
@@ -17,15 +19,15 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from agent.scoring import report_chamber_figures as chamber_figs
 from agent.scoring import report_figures as figs
+from agent.scoring import report_verdicts as verdicts
 from agent.scoring.report_fleet import fleet_blocks
-from agent.scoring.report_format import cell, number, places_of, verdict_places, with_u
+from agent.scoring.report_format import cell, number, places_of, unit_text
 from agent.scoring.score import model_group
 from agent.scoring.report_git import SourceState, read_source_state
 from agent.scoring.report_render import render_html, render_markdown
-from agent.scoring.report_run import (caveat, calibration_blocks, first_verdict_budget, measured_text,
-                                      provenance_blocks)
+from agent.scoring.report_run import calibration_blocks, first_verdict_budget, provenance_blocks
+from agent.scoring.report_verdicts import chamber_envelope as _chamber_envelope  # noqa: F401  (tests name it here)
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,21 @@ class _Inputs:
 
     def __init__(self, run_dir: Path, claims: Mapping[str, Any] | None = None) -> None:
         self.run_dir = run_dir
-        self.claims = claims  # None: the run's recorded claim pool (agent.scoring.score)
+        self.given = claims  # `--claims`; None: the run's recorded pool (protocols.claim_sources.claims_for_run)
         self.absent: list[str] = []
+
+    def claims(self) -> tuple[Mapping[str, Any], str]:
+        """The claims the report grades and draws against, and where they came from: the one reader of a run's
+        pool (claims_for_run), honouring `--claims`; a pool it refuses is named in Absent inputs, and its verdicts
+        are then drawn without limits rather than against a guess."""
+        from protocols.claim_sources import claims_for_run
+        from protocols.claims import ClaimFileError
+
+        try:
+            return claims_for_run(self.run_dir, given=self.given)
+        except ClaimFileError as e:
+            self.note(f"claim_pool.json unreadable: {_clip(str(e), 160)} (verdicts drawn without their limits)")
+            return {}, "no readable claim pool"
 
     def note(self, text: str) -> None:
         self.absent.append(text)
@@ -82,7 +97,7 @@ class _Inputs:
             from agent.scoring.score import score_paths
 
             self.absent[-1] += "; re-scored from cells/"
-            return score_paths([self.run_dir], claims=self.claims), "re-scored from cells/ (no readable scores.json)"
+            return score_paths([self.run_dir], claims=self.given), "re-scored from cells/ (no readable scores.json)"
         self.note("cells/ (no agent cells)")
         return None, "absent"
 
@@ -96,137 +111,37 @@ def _counts(values: Any) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(Counter(values).items(), key=lambda kv: str(kv[0])))
 
 
-def _chamber_envelope(res: list[dict[str, Any]]) -> str | None:
-    """The chamber-only envelope: definitive verdicts on the seed's packaged claims and on the chamber's other parts
-    (protocols/data/chamber_parts), when those were graded; None when only the packaged set was."""
-    try:
-        from protocols.claim_sources import load_checked_claims
-
-        packaged = set(load_checked_claims(None))
-    except Exception:  # the report renders whatever is present; without the package it cannot split the counts
-        return None
-    other = [r for r in res if r.get("claim_id") not in packaged]
-    if not other:
-        return None
-    seed = [r for r in res if r.get("claim_id") in packaged]
-    d_seed = sum(r.get("verdict") in ("pass", "fail") for r in seed)
-    d_other = sum(r.get("verdict") in ("pass", "fail") for r in other)
-    parts = sorted({str(r["component"]) for r in other if r.get("component")})
-    return (f"Chamber-only envelope: {d_seed + d_other} definitive verdicts — {d_seed} of the {len(seed)} packaged "
-            f"claims and {d_other} of the {len(other)} claims outside it"
-            + (f" ({', '.join(parts)})." if parts else "."))
-
-
-def _reason(r: dict[str, Any]) -> str:
-    """The verdict's reason in full, with its weak-pass caveat in full beside it."""
-    text = str(r.get("reason", "")) or "—"
-    note = caveat(r)
-    return f"{text} **Caveat — {note}**" if note else text
-
-
-def _in_unit(r: dict[str, Any], key: str) -> str:
-    """A verdict's distance or c at its resolution, in the claim's unit ('-254.744 hPa')."""
-    text = number(r.get(key), places=verdict_places(r))
-    unit = (r.get("measured") or {}).get("unit") or r.get("claim_unit") or ""
-    return f"{text} {unit}" if unit and text != "—" else text
-
-
-def _definitive_line(r: dict[str, Any]) -> list[str]:
-    line = [f"{r['claim_id']}: **{r['verdict']}**, {measured_text(r)} (distance {_in_unit(r, 'distance')}, "
-            f"c = {_in_unit(r, 'combined_uncertainty')})"]
-    note = caveat(r)
-    return line + ([f"    - caveat: {note}"] if note else [])
-
-
-def _verdict_figure(definitive: list[tuple[str, dict[str, Any]]], bounds: dict[str, Any], figs_dir: Path
-                    ) -> list[Block]:
-    fig = chamber_figs.fig_verdicts(definitive, bounds)
-    if fig is None:
-        return [("p", "No definitive verdict to draw (no pass or fail with a measured value).")]
-    return [("fig", "Definitive verdicts: each claim's measured m with its expanded uncertainty U (95 %, k as "
-                    "stated) against the interval the claim allows; one row per claim, each on its own axis in the "
-                    "claim's unit; colour: verdict. The verdict's guard band is c (which includes any stated "
-                    "tolerance t), not U: a pass can show U reaching past a bound", figs.save(fig, figs_dir / "verdicts.svg"))]
-
-
-def _readings_blocks(definitive: list[tuple[str, dict[str, Any]]], figs_dir: Path) -> list[Block]:
-    """The readings each definitive verdict rests on, in the unit the protocol measured in."""
-    if not definitive:
-        return []
-    rows = []
-    for label, r in definitive:
-        md = r.get("measurement_detail") or {}
-        unit = md.get("unit") or ""
-        rows.append([label, (md.get("details") or {}).get("reading") or "—", cell(md.get("n")),
-                     with_u(md.get("value"), md.get("u"), unit) if md.get("value") is not None else "—",
-                     chamber_figs.readings_text(r) + (f" ({unit})" if unit and chamber_figs.recorded_readings(r)
-                                                      else "")])
-    blocks: list[Block] = [("h2", "Readings behind the definitive verdicts"),
-                           ("p", "Each definitive verdict's measurement as its protocol took it (before any unit "
-                                 "conversion to the claim's unit), with its standard uncertainty u, and the "
-                                 "individual readings the protocol recorded beside it.")]
-    fig = chamber_figs.fig_readings(definitive)
-    if fig is not None:
-        blocks.append(("fig", "Readings: the measured value ± U (k·u, coloured by verdict) and the recorded readings "
-                              "(unit means of the barometers, min / mean / max of a held reading, extreme codes or "
-                              "steps), one row per verdict on its own axis in the measured unit; verdicts whose "
-                              "protocol recorded no individual readings are in the table only",
-                       figs.save(fig, figs_dir / "readings.svg")))
-    else:
-        blocks.append(("p", "No figure: no definitive verdict's protocol recorded individual readings beside its "
-                            "result; the table gives each measurement."))
-    blocks.append(("table", ["claim", "signal", "rows n", "as measured ± u", "recorded readings"], rows))
-    return blocks
-
-
-def _verdict_blocks(checks: dict[str, Any] | None, figure: list[Block]) -> tuple[list[Block], list[str]]:
-    if checks is None:
-        return [("h2", "Chamber verdicts"), ("p", "No chamber verdicts (see Absent inputs).")], []
-    res = sorted(checks.get("results") or [],
-                 key=lambda r: (_VERDICT_ORDER.get(r.get("verdict"), 9), str(r.get("class")), r.get("claim_id")))
-    definitive = [line for r in res if r.get("verdict") in ("pass", "fail") for line in _definitive_line(r)]
-    headline = [f"Chamber: {len(res)} claims — " + _counts(r.get("verdict") for r in res)]
-    envelope = _chamber_envelope(res)
-    if envelope:
-        headline.append(envelope)
-    rows = []
-    for r in res:
-        rows.append([r.get("claim_id"), r.get("verdict"), cell(r.get("class")), measured_text(r),
-                     _in_unit(r, "distance"), _in_unit(r, "combined_uncertainty"), _reason(r)])
-    blocks: list[Block] = [
-        ("h2", "Chamber verdicts"),
-        ("p", "Pass: the claim holds with a margin larger than the combined uncertainty c = sqrt(u² + t²); fail: it is "
-              "violated by more than c; otherwise inconclusive, with the reason's class. Definitive verdicts first; "
-              "numbers at each claim's resolution (the places of its reported m), in the claim's unit."),
-        ("table", ["claim", "verdict", "class", "measured m ± u", "distance d", "c", "reason"], rows),
-        *([("p", envelope)] if envelope else []),
-        *figure,
-    ]
-    return blocks, headline + [f"  - {d}" if not d.startswith("    ") else d for d in definitive]
-
-
-def _sweep_blocks(sweep: dict[str, Any] | None, figs_dir: Path) -> tuple[list[Block], list[str]]:
+def _sweep_blocks(sweep: dict[str, Any] | None, claims: Mapping[str, Any], figs_dir: Path
+                  ) -> tuple[list[Block], list[str]]:
     if sweep is None:
         return [("h2", "Perturbation sweep"), ("p", "No sweep (see Absent inputs).")], []
     meas = sweep.get("measured") or {}
+    unit = unit_text(meas.get("unit"))
     p = places_of(meas.get("value"))
     flips = [number(f, places=p) for f in sweep.get("flip_points") or []]
     steps = sweep.get("rows") or []
-    text = (f"{sweep.get('claim_id')}: the live measurement {with_u(meas.get('value'), meas.get('u'), meas.get('unit'))} "
-            f"is held fixed while the stated bound moves through it. Combined uncertainty c = "
-            f"{number(sweep.get('combined_uncertainty'), places=p)}; the verdict changes exactly at the bounds "
-            f"{', '.join(flips) or '(none)'} (m ± c; the band is closed, so those points are inconclusive). "
+    side = sweep.get("bound")
+    claim = claims.get(str(sweep.get("claim_id")))
+    stated = getattr(claim, side, None) if side in ("low", "high", "value") and claim is not None else None
+    direction = figs.sweep_direction(sweep)
+    moved = (f"the claim's {figs.BOUND_NAMES.get(side, 'bound')}"
+             + (f" (stated {stated} {unit})" if stated is not None else "")
+             + (f" {direction}" if direction != "as listed" else ""))
+    text = (f"{sweep.get('claim_id')}: the live measurement, m = {number(meas.get('value'), places=p)} {unit} with "
+            f"standard uncertainty u = {number(meas.get('u'), places=p)} {unit}, is held fixed while the sweep moves "
+            f"{moved} through it; the other limits stay as stated. Combined uncertainty c = "
+            f"{number(sweep.get('combined_uncertainty'), places=p)} {unit}; the verdict changes exactly at the bounds "
+            f"{', '.join(flips) or '(none)'} {unit} (m ± c; the band is closed, so those points are inconclusive). "
             f"{len(steps)} steps: {_counts(r.get('verdict') for r in steps)}.")
     blocks: list[Block] = [("h2", "Perturbation sweep"), ("p", text)]
     fig = figs.fig_sweep(sweep)
     if fig is not None:
-        direction = figs.sweep_direction(sweep)
-        moved = {"downward": "the sweep moved the bound downward, so it ran from right to left",
-                 "upward": "the sweep moved the bound upward, from left to right"}.get(direction, "")
-        blocks.append(("fig", f"Verdict at each stated bound as the bound moves through the measurement; the x-axis "
-                              f"increases to the right{'; ' + moved if moved else ''}. Dashed lines: d = ±c; "
-                              "dotted line: the measured m.", figs.save(fig, figs_dir / "sweep.svg")))
-    return blocks, [f"Sweep: verdict changes at {', '.join(flips)} (m ± c)"] if flips else []
+        ran = {"downward": "so it ran from right to left", "upward": "from left to right"}.get(direction, "")
+        blocks.append(("fig", f"Verdict at each stated value of the claim's {figs.BOUND_NAMES.get(side, 'bound')} "
+                              f"as the sweep moves it through the measurement ({direction}); the x-axis increases to "
+                              f"the right{', ' + ran if ran else ''}. Dashed lines: d = ±c; dotted line: the "
+                              "measured m.", figs.save(fig, figs_dir / "sweep.svg")))
+    return blocks, [f"Sweep moving {moved}: verdict changes at {', '.join(flips)} {unit} (m ± c)"] if flips else []
 
 
 def _model_arm_blocks(rows: list[dict[str, Any]]) -> list[Block]:
@@ -347,51 +262,6 @@ def _agent_blocks(scores: dict[str, Any] | None, how: str, figs_dir: Path) -> tu
     return blocks, headline
 
 
-def _typical_blocks(results: Any) -> list[Block]:
-    """The typical-not-guaranteed class, explained where it occurs: a Typ. is not a limit, so one unit cannot fail it."""
-    typical = sorted((r for r in results if r.get("class") == "typical-not-guaranteed"), key=lambda r: r["claim_id"])
-    rows = []
-    for r in typical:
-        detail, p = r.get("verdict_detail") or {}, verdict_places(r)
-        unit = (r.get("measured") or {}).get("unit") or ""
-        rows.append([r["claim_id"], f"{number(detail.get('deviation_from_typical'), places=p)} {unit}".strip(),
-                     f"{number(detail.get('expanded_uncertainty'), places=p)} {unit}".strip()])
-    if not rows:
-        return []
-    return [("p", "Inconclusive, class typical-not-guaranteed: the datasheet prints only a typical value (no Min./Max.). "
-                  "A typical describes the population of parts, not a limit each unit must meet, so one unit's "
-                  "deviation from it can neither fail nor confirm the claim; the deviation m − typical is reported "
-                  "with its expanded uncertainty U (k·c, 95 %)."),
-            ("table", ["claim", "m − typical", "U (k·c, 95 %)"], rows)]
-
-
-def _station_blocks(data: dict[str, Any] | None) -> tuple[list[Block], list[str]]:
-    """With lab instruments: the claims that become definitive, and for the others what would make them gradable."""
-    if data is None:
-        return [], []
-    res = {r["claim_id"]: r for r in data.get("results") or []}
-    envelope = {e["claim_id"]: e for e in data.get("envelope") or []}
-    definitive = sorted((r for r in res.values() if r.get("verdict") in ("pass", "fail")), key=lambda r: r["claim_id"])
-    rest = sorted((e for cid, e in envelope.items() if res.get(cid, {}).get("verdict") not in ("pass", "fail")),
-                  key=lambda e: e["claim_id"])
-    blocks: list[Block] = [
-        ("h2", "With the instrument station"),
-        ("p", f"Station file {data.get('station')}: {len(definitive)} of {len(res)} claims get a definitive verdict "
-              "when lab instruments supply the stimulus, observable or reference the chamber lacks; each budget "
-              "includes the instrument's certificate uncertainty."),
-        ("table", ["claim", "verdict", "measured m ± u", "distance d", "c", "caveat"],
-         [[r["claim_id"], r["verdict"], measured_text(r), _in_unit(r, "distance"),
-           _in_unit(r, "combined_uncertainty"), caveat(r) or "—"] for r in definitive]),
-        *_typical_blocks(res.values()),
-        ("p", "Still inconclusive, and what would make each gradable:"),
-        ("table", ["claim", "would need", "note"],
-         [[e["claim_id"], ", ".join(e.get("would_need") or []) or "—", str(e.get("note", "")) or "—"]
-          for e in rest]),
-    ]
-    return blocks, [f"With instruments: {len(definitive)} definitive ("
-                    + _counts(r.get("verdict") for r in res.values()) + ")"]
-
-
 def _link_blocks(link: dict[str, Any] | None) -> tuple[list[Block], list[str]]:
     if link is None:
         return [("h2", "Serial link"), ("p", "No link statistics (see Absent inputs).")], []
@@ -408,9 +278,10 @@ def _link_blocks(link: dict[str, Any] | None) -> tuple[list[Block], list[str]]:
 
 def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None, source: SourceState | None = None
                  ) -> list[Block]:
-    """The report as blocks: provenance, the headline, each part in detail, then exactly what was absent. Cells
-    re-scored (no readable scores.json) are graded against `claims`, by default the run's recorded pool; `source`
-    is the software's git commit (None: not known)."""
+    """The report as blocks: the title and contents, provenance, the headline, the rule, each part in detail, then
+    exactly what was absent. Limits are drawn, and cells re-scored (no readable scores.json) graded, against
+    `claims` (`--claims`), by default the run's recorded pool; `source` is the software's git commit (None: not
+    known)."""
     run_dir = Path(run_dir)
     figs_dir = run_dir / "figures"
     figs_dir.mkdir(exist_ok=True)
@@ -428,29 +299,45 @@ def build_blocks(run_dir: Path, claims: Mapping[str, Any] | None = None, source:
     link_data = inputs.json("link.json", "no serial-link statistics")
     fleet_data = inputs.json("fleet.json", "no fleet statistics") if (run_dir / "fleet.json").exists() or (
         summary or {}).get("fleet") else None  # only a fleet run writes it: not absent from any other
+    pool, pool_source = inputs.claims() if checks or station_data or sweep_data else ({}, "")
 
     results = (checks or {}).get("results") or []
-    definitive = chamber_figs.definitive(sorted(results, key=lambda r: str(r.get("claim_id"))))
-    shown = {r.get("claim_id") for _, r in definitive}  # a claim once: the chamber's verdict, else the station's
-    definitive += chamber_figs.definitive(sorted((r for r in (station_data or {}).get("results") or []
-                                                  if r.get("claim_id") not in shown),
-                                                 key=lambda r: str(r.get("claim_id"))), " (station)")
-    bounds = chamber_figs.claim_bounds(run_dir) if definitive else {}
-    verdicts, h1 = _verdict_blocks(checks, _verdict_figure(definitive, bounds, figs_dir) if checks else [])
-    station, h5 = _station_blocks(station_data)
-    sweep, h2 = _sweep_blocks(sweep_data, figs_dir)
+    station_results = (station_data or {}).get("results") or []
+    chamber_rows = verdicts.definitive_rows(results, pool)
+    station_rows = verdicts.definitive_rows(station_results, pool)
+    shown = {row.claim_id for row in chamber_rows}  # a claim once in the figure: the chamber's, else the station's
+    drawn = chamber_rows + verdicts.definitive_rows([r for r in station_results if r.get("claim_id") not in shown],
+                                                    pool, " (station)")
+    records = {str(r.get("claim_id")): r for r in results}
+    records.update({f"{r.get('claim_id')} (station)": r for r in station_results})
+    figure = verdicts.verdict_figure(drawn, figs_dir) if drawn else []
+    chamber, h1 = verdicts.chamber_blocks(checks, chamber_rows, figure, station_data)
+    station, h5 = verdicts.station_blocks(station_data, station_rows, {str(r.get("claim_id")) for r in results},
+                                          figure if checks is None else [])  # no chamber verdicts: drawn here
+    rule = verdicts.rule_blocks([(row, records[row.label]) for row in drawn], _pool_words(pool_source)) \
+        if drawn or checks or station_data else []
+    sweep, h2 = _sweep_blocks(sweep_data, pool, figs_dir)
     agent, h3 = _agent_blocks(scores, how, figs_dir)
     link, h4 = _link_blocks(link_data)
     fleet, h6 = fleet_blocks(fleet_data, figs_dir)
     cells = (scores or {}).get("cells") or []
-    blocks: list[Block] = [("h1", f"Run report: {run_dir.resolve().name}"),
+    readings = verdicts.readings_blocks([(row.label, records[row.label]) for row in drawn], figs_dir)
+    blocks: list[Block] = [("h1", f"Run report: {run_dir.resolve().name}"), ("toc",),
                            *provenance_blocks(summary, calibration, cells, source),
                            ("h2", "At a glance"), ("ul", h6 + h1 + h5 + h2 + h3 + h4 or ["(nothing recorded)"])]
-    blocks += fleet + verdicts + station + _readings_blocks(definitive, figs_dir)
+    blocks += fleet + rule + chamber + station + readings
     blocks += calibration_blocks(calibration, cal_problem, first_verdict_budget(results), figs_dir)
     blocks += sweep + agent + link
     blocks += [("h2", "Absent inputs"), ("ul", inputs.absent or ["none"])]
     return blocks
+
+
+def _pool_words(source: str) -> str:
+    from protocols.claim_sources import GIVEN_CLAIMS
+
+    if source == GIVEN_CLAIMS:
+        return "the claims given with --claims"
+    return source or "no readable claim pool (limits not drawn)"
 
 
 def write_report(run_dir: Path, claims: Mapping[str, Any] | None = None, *,

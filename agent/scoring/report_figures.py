@@ -11,12 +11,14 @@ report_chamber_figures.
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from agent.scoring.report_format import unit_text
 from protocols.sweep import VERDICT_COLOURS  # one colour per verdict: every figure and the tables' cell colours
 
 #: every text in every figure is at least this size on the page (the SVG is shown at its own size)
@@ -43,23 +45,32 @@ def _readable(fig: Any) -> None:
             t.set_fontsize(FONT_PT)
 
 
-def svg_text(fig: Any) -> str:
+def svg_text(fig: Any, data: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """The figure as SVG text: text kept as text (selectable, searchable, drawn by the browser's font at its size;
     about half the rendering time of glyph outlines), no date in its metadata (the same figure gives the same
-    file). The rc_context is the one piece of matplotlib's global state used, set and restored around the save."""
+    file). The rc_context is the one piece of matplotlib's global state used, set and restored around the save.
+    `data` gives data-* attributes to the group of each artist by its gid ({gid: {name: value}}): the numbers a
+    figure row stands for, readable beside its drawn geometry; a gid the figure does not hold is an error."""
     import matplotlib
 
     _readable(fig)
     out = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "font.family": ["DejaVu Sans", "sans-serif"]}):
         fig.savefig(out, format="svg", metadata={"Date": None})
-    return out.getvalue()
+    text = out.getvalue()
+    for gid, attrs in (data or {}).items():
+        tag = f'<g id="{html.escape(gid, quote=True)}"'
+        if tag not in text:
+            raise ValueError(f"figure data: expected an artist with gid {gid!r} in the figure, found none")
+        extra = "".join(f' data-{name}="{html.escape(str(value), quote=True)}"' for name, value in attrs.items())
+        text = text.replace(tag, tag + extra, 1)
+    return text
 
 
-def save(fig: Any, path: Path) -> Path:
-    """Write the figure as SVG at `path` (its suffix made .svg); returns the path written."""
+def save(fig: Any, path: Path, data: Mapping[str, Mapping[str, str]] | None = None) -> Path:
+    """Write the figure as SVG at `path` (its suffix made .svg), with `data` as in svg_text; returns the path."""
     path = Path(path).with_suffix(".svg")
-    path.write_text(svg_text(fig), encoding="utf-8")
+    path.write_text(svg_text(fig, data), encoding="utf-8")
     return path
 
 
@@ -129,6 +140,10 @@ def fig_flags(rows: list[dict[str, Any]]) -> Any | None:
     return fig
 
 
+#: the bound a sweep moves, by sweep.json's `bound` (protocols.sweep), in words
+BOUND_NAMES = {"high": "upper bound", "low": "lower bound", "value": "stated value"}
+
+
 def sweep_direction(sweep: dict[str, Any]) -> str:
     """How the sweep moved the bound, in words ('downward', 'upward' or 'as listed')."""
     rows = [float(r["bound"]) for r in sweep.get("rows") or [] if r.get("bound") is not None]
@@ -144,7 +159,7 @@ def fig_sweep(sweep: dict[str, Any]) -> Any | None:
     rows = sweep.get("rows") or []
     if not rows:
         return None
-    unit = (sweep.get("measured") or {}).get("unit") or ""
+    unit = unit_text((sweep.get("measured") or {}).get("unit"))
     fig = new_figure(7.2, 3.6)
     ax = fig.add_subplot(1, 1, 1)
     for v in ("pass", "inconclusive", "fail"):
@@ -161,7 +176,7 @@ def fig_sweep(sweep: dict[str, Any]) -> Any | None:
         ax.axvline(float(value), ls=":", lw=1.2, color="#1f3b73", label="measured m")
     ax.ticklabel_format(useOffset=False, style="plain")
     suffix = f" ({unit})" if unit else ""
-    ax.set_xlabel(f"claimed bound{suffix}, increasing →")
+    ax.set_xlabel(f"{BOUND_NAMES.get(sweep.get('bound'), 'claimed bound')} as moved{suffix}, increasing →")
     ax.set_ylabel(f"distance d{suffix}")
     ax.set_title(str(sweep.get("claim_id", "")), fontsize=FONT_PT + 1)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)

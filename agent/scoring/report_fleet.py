@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from agent.scoring.report_figures import FONT_PT, VERDICT_COLOURS, new_figure, save
+from agent.scoring.report_format import unit_text
 
 Block = tuple
 FAR = 5.0
@@ -44,7 +45,7 @@ def fig_units(section: Mapping[str, Any]) -> Any | None:
         return None
     limits, interval, pop = fleet.get("limits") or {}, fleet.get("tolerance_interval"), fleet.get("population_mean")
     excluded = {o["unit"] for o in (fleet.get("screening") or {}).get("outliers", [])}
-    unit_name = limits.get("unit") or section.get("claim_unit") or ""
+    unit_name = unit_text(limits.get("unit") or section.get("claim_unit"))
     values = [float(u["measured"]["value"]) for u in units]
     errs = [_expanded(u) for u in units]
     lo_data = min(v - e for v, e in zip(values, errs))
@@ -137,7 +138,7 @@ def statistics_row(section: Mapping[str, Any]) -> list[str]:
     f = section.get("fleet") or {}
     p = f.get("precision") or {}
     s = f.get("screening") or {}
-    unit = (f.get("limits") or {}).get("unit", "")
+    unit = unit_text((f.get("limits") or {}).get("unit"))
     units = f.get("units") or {}
     verdict = f.get("verdict", "—") + (f" ({f['inconclusive_class']})" if f.get("inconclusive_class") else "")
     return [section["claim_id"], f"{len(units.get('used', []))}/{units.get('total', len(section.get('units', [])))}",

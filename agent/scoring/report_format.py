@@ -10,6 +10,7 @@ claim's stated resolution when the verdict had one). Rounding is half-even, as t
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
@@ -119,3 +120,42 @@ def verdict_places(result: dict[str, Any]) -> int | None:
         if p is not None:
             return p
     return None
+
+
+def k_text(k: Any) -> str:
+    """A coverage factor as the report states it beside every U ('k = 3.18')."""
+    return f"k = {number(k, places=2)}"
+
+
+@lru_cache(maxsize=1)
+def _catalogue_units() -> dict[str, str]:
+    from firmware_bridge.variables import LAYOUTS
+
+    return {v.unit.lower(): v.unit for layout in LAYOUTS.values() for v in getattr(layout, "variables", layout)
+            if v.unit}
+
+
+def unit_text(unit: Any) -> str:
+    """A unit as the report writes it: the chamber's variable catalogue's spelling when the claim spells the same
+    unit in another case (the NF-F12 sheet prints 'RPM', the catalogue and the live view say 'rpm'), else as given.
+    The claim's own spelling stays in the claim and its verdict record; only what a reader sees is made one."""
+    if not unit:
+        return ""
+    text = str(unit)
+    return _catalogue_units().get(text.lower(), text)
+
+
+def time_text(stamp: Any) -> str:
+    """A timestamp to the second, in UTC ('2026-12-05 09:16:54 UTC'): the run's clock readings carry microseconds
+    and offsets that no reader needs; text that is no timestamp is returned as it is."""
+    from datetime import datetime, timezone
+
+    if stamp is None or stamp == "":
+        return DASH
+    try:
+        when = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return str(stamp)
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S") + " UTC"

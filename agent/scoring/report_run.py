@@ -9,12 +9,14 @@ can be redone by hand. Older run folders lack some of it; every missing field sa
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable
 
 from agent.scoring import report_figures as figs
 from agent.scoring.report_chamber_figures import fig_offsets
-from agent.scoring.report_format import DASH, number, places_for_u, verdict_places, with_u
+from agent.scoring.report_format import k_text, number, places_for_u, time_text, with_u
+from agent.scoring.report_rows import expanded_text
 from agent.scoring.report_git import UNKNOWN, SourceState
 
 Block = tuple
@@ -72,7 +74,8 @@ def provenance_blocks(summary: dict[str, Any] | None, calibration: Any | None,
     software = prov.get("software_version") or (
         f"{calibration.software_version} (from calibration.json)" if calibration is not None else NOT_RECORDED)
     started, finished = prov.get("started_utc"), prov.get("finished_utc")
-    date = (f"{started} to {finished}" if started and finished else started or NOT_RECORDED)
+    date = (f"{time_text(started)} to {time_text(finished)}" if started and finished
+            else time_text(started) if started else NOT_RECORDED)
 
     def listed(key: str) -> str:
         value = prov.get(key)
@@ -88,7 +91,7 @@ def provenance_blocks(summary: dict[str, Any] | None, calibration: Any | None,
             ["model", _model(prov, summary, cells)],
             ["software version", software],
             ["git commit", _commit(prov, source)],
-            ["date (UTC)", date],
+            ["date", date],
             ["duration", _duration(prov, summary)],
             ["instrument station", str(station) if station else ("none" if "station" in prov else NOT_RECORDED)],
             ["limits file", "none" if "limits" in prov and not prov["limits"] else listed("limits")],
@@ -133,7 +136,8 @@ def _offsets_figure(calibration: Any, expanded: dict[str, float], figs_dir: Path
     if fig is None:
         return []
     return [("fig", f"Calibration offsets of the {calibration.chamber} chamber's barometers: offset ± U (expanded, "
-                    f"95 %) in {prm.unit}, against zero (the four-sensor mean)", figs.save(fig, figs_dir / "offsets"))]
+                    f"95 %, k from each offset's ν, as in the table) in {prm.unit}, against zero (the four-sensor "
+                    "mean)", figs.save(fig, figs_dir / "offsets"))]
 
 
 def calibration_blocks(calibration: Any | None, problem: str | None,
@@ -141,7 +145,7 @@ def calibration_blocks(calibration: Any | None, problem: str | None,
     """The cross-sensor calibration (each barometer's offset from the four-sensor mean, with u and ν), then one
     budget in full: the first offset's (its sensitivities 3/4 and −1/4 show how the four means combine), or,
     without a calibration, the budget behind the first definitive verdict."""
-    from calibration.budget import UncertaintyBudget
+    from calibration.budget import UncertaintyBudget, coverage_factor
 
     blocks: list[Block] = [("h2", "Calibration and an uncertainty budget")]
     if calibration is None:
@@ -149,19 +153,26 @@ def calibration_blocks(calibration: Any | None, problem: str | None,
     else:
         prm = calibration.parameters
         offsets = (calibration.budgets or {}).get("offsets") or {}
-        expanded = {name: UncertaintyBudget.from_dict(offsets[name]).expanded for name in offsets}
-        rows = [[name, with_u(prm.offsets[name], prm.offset_u[name], places=places_for_u(prm.offset_u[name])),
-                 DASH if name not in expanded else number(expanded[name], places=places_for_u(prm.offset_u[name])),
-                 "∞" if prm.offset_dof.get(name) is None else number(prm.offset_dof[name], places=0)]
-                for name in sorted(prm.offsets)]
+        budgets = {name: UncertaintyBudget.from_dict(offsets[name]) for name in offsets}
+        expanded = {name: b.expanded for name, b in budgets.items()}
+        rows = []
+        for name in sorted(prm.offsets):
+            p = places_for_u(prm.offset_u[name])
+            k = budgets[name].coverage_factor if name in budgets else None
+            rows.append([name, _expanded(prm.offsets[name], prm.offset_u[name], k, p),
+                         number(prm.offset_u[name], places=p),
+                         "∞" if prm.offset_dof.get(name) is None else number(prm.offset_dof[name], places=0)])
+        p_mean = places_for_u(prm.mean_u)
+        mean_k = coverage_factor(math.inf if prm.mean_dof is None else prm.mean_dof, 0.95)
         blocks += [
             ("p", f"Cross-sensor calibration of the {calibration.chamber} chamber ({calibration.config}), "
-                  f"{calibration.date.isoformat()}: {prm.n} rows per barometer after {prm.settle_rows} settling "
-                  f"rows at osr {prm.osr}. Four-sensor mean {with_u(prm.mean, prm.mean_u, prm.unit, places=places_for_u(prm.mean_u))} "
-                  f"(ν = {'∞' if prm.mean_dof is None else number(prm.mean_dof, places=0)}); spread of the unit "
-                  f"means {number(prm.spread, places=places_for_u(prm.mean_u))} {prm.unit}. Offset = unit mean − "
-                  "four-sensor mean, with its standard uncertainty u and effective ν:"),
-            ("table", ["barometer", f"offset ± u ({prm.unit})", f"U ({prm.unit}, 95 %)", "ν (degrees of freedom)"],
+                  f"{time_text(calibration.date)}: {prm.n} rows per barometer after {prm.settle_rows} settling "
+                  f"rows at osr {prm.osr}. Four-sensor mean {_expanded(prm.mean, prm.mean_u, mean_k, p_mean, prm.unit)} "
+                  f"(u = {number(prm.mean_u, places=p_mean)} {prm.unit}, "
+                  f"ν = {'∞' if prm.mean_dof is None else number(prm.mean_dof, places=0)}); spread of the unit "
+                  f"means {number(prm.spread, places=p_mean)} {prm.unit}. Offset = unit mean − four-sensor mean, "
+                  "as m ± U (95 %, k from its effective ν), with its standard uncertainty u and ν:"),
+            ("table", ["barometer", f"offset ± U ({prm.unit}, 95 %)", f"u ({prm.unit})", "ν (degrees of freedom)"],
              rows),
             *_offsets_figure(calibration, expanded, figs_dir),
         ]
@@ -173,6 +184,13 @@ def calibration_blocks(calibration: Any | None, problem: str | None,
         claim_id, data = budget_from_verdict
         return blocks + budget_blocks(UncertaintyBudget.from_dict(data), f"The budget behind {claim_id} in full")
     return blocks + [("p", "No uncertainty budget was recorded in this run.")]
+
+
+def _expanded(value: float, u: float, k: float | None, places: int | None, unit: str | None = None) -> str:
+    """'m ± U unit (k = …)' for a calibration figure (its U = k·u), as every table of the report writes one."""
+    if k is None:
+        return f"{with_u(value, u, unit, places=places)} (u; k not recorded)"
+    return f"{with_u(value, k * u, unit, places=places)} ({k_text(k)})"
 
 
 def first_verdict_budget(results: list[dict[str, Any]]) -> tuple[str, Any] | None:
@@ -194,7 +212,7 @@ def _bit_depth(r: dict[str, Any]) -> str:
 
 def _operating_range(r: dict[str, Any]) -> str:
     m = r.get("measured") or {}
-    at = f" ({with_u(m.get('value'), m.get('u'), m.get('unit'))})" if m.get("value") is not None else ""
+    at = f" ({expanded_text(r)})" if m.get("value") is not None else ""
     return ("weak pass: one ambient reading" + at + " lies inside 300..1200 hPa; the chamber cannot change the "
             "absolute pressure, so neither end of the range is exercised and the pass shows only that the "
             "barometers work at today's room pressure.")
@@ -212,11 +230,3 @@ def caveat(r: dict[str, Any]) -> str | None:
     """The caveat for this verdict when it is a pass that needs one, else None."""
     fn = WEAK_PASS_CAVEATS.get(str(r.get("claim_id")))
     return fn(r) if fn is not None and r.get("verdict") == "pass" else None
-
-
-def measured_text(r: dict[str, Any]) -> str:
-    """'m ± u unit' at the verdict's resolution."""
-    m = r.get("measured") or {}
-    if m.get("value") is None:
-        return DASH
-    return with_u(m["value"], m.get("u"), m.get("unit"), places=verdict_places(r))
