@@ -25,6 +25,10 @@ from pydantic import BaseModel, ConfigDict
 from protocols.bench_job import JobProgress, Quiet
 
 
+DEFAULT_MODEL = "scripted:reader"
+"""The agent's model when `run` is given none: offline, so a first `make run` needs no key."""
+
+
 class MainJobRefused(ValueError):
     """A main-job request naming claims that are not in the pool it grades."""
 
@@ -35,7 +39,7 @@ class MainJob(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     port: list[str] | None = None  # real chambers' URLs; None: the emulated boards
-    model: str = "scripted:reader"
+    model: str | None = None  # --model; None: DEFAULT_MODEL, and the agent part is not one asked for by name
     runs_dir: Path
     resume: Path | None = None
     new: bool = False
@@ -49,6 +53,10 @@ class MainJob(BaseModel):
     lab_credentials: Path | None = None  # the Remote Lab's .ini file, for lab+http:// ports
     fleet: str | None = None  # a fleet file or demo:N: every claim graded on every chamber of the fleet
     datasheets_dir: Path
+
+    @property
+    def model_spec(self) -> str:
+        return self.model or DEFAULT_MODEL
 
     @classmethod
     def pick(cls, options: dict[str, Any]) -> "MainJob":
@@ -96,7 +104,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
     if not job.no_agent:
         from agent.models import client_for
 
-        model = client_for(job.model, os.environ)
+        model = client_for(job.model_spec, os.environ)
     pool = load_checked_claims(claim_paths) if claim_paths else load_main_job_claims(None)
     unknown = [c for c in selected or () if c not in pool]
     if unknown:
@@ -131,17 +139,19 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
                      "--new starts afresh)")
     summary: dict[str, Any] = {"run_id": folder.run_id, "run_dir": str(folder.run_dir), "backend": backend}
     where: list[dict[str, Any]] = []
+    views = contextlib.ExitStack()  # the live view outlives the chambers: it says how the job ended, with its report
+    view: Any = None
 
     def record_provenance() -> None:
         summary["provenance"] = provenance(folder, finished=utc_now(), seed=None if ports else job.seed,
-                                           model=None if job.no_agent else job.model, chambers=where,
+                                           model=None if job.no_agent else job.model_spec, chambers=where,
                                            station=station, limits=job.limits, claims_sources=sources)
     try:
         try:
             with opened, contextlib.ExitStack() as stack:
                 write_run_pool(folder.run_dir, pool, sources)  # what `score` and `report` grade the cells against
                 where += campaign_provenance(campaign) if campaign else opened.provenance()
-                view = start_job_live_view(stack, {} if campaign else opened.chambers, claims)  # one URL, every stage
+                view = start_job_live_view(views, {} if campaign else opened.chambers, claims)  # one URL, every stage
                 chambers, summary["live_view"], shown = view.chambers, view.url, view.progress(progress)
                 progress.say(f"live view: {summary['live_view']}")
 
@@ -149,6 +159,10 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
                     view.verdicts(checks, source="chamber only")
                     for r in checks:
                         folder.index.record_verdict(folder.run_id, r)
+
+                def on_verdict(result: dict[str, Any]) -> None:  # each as it is decided: the view shows its reason
+                    view.verdicts([result], source="chamber only")
+                    folder.index.record_verdict(folder.run_id, result)
                 if campaign:  # the fleet: units and fleet verdicts (fleet.json); the agent's API on one of each kind
                     summary.update(run_fleet_lab_job(
                         claims, campaign, folder.run_dir, rows=job.rows, progress=shown, wrap=view.watch,
@@ -158,30 +172,30 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
                 else:
                     lab = run_lab_job(claims, chambers, folder.run_dir, rows=job.rows, station_file=station,
                                       progress=shown, graded=view.graded, on_verdicts=on_verdicts,
-                                      on_verdict=lambda r: folder.index.record_verdict(folder.run_id, r),
-                                      resume=folder.resumed)
+                                      on_verdict=on_verdict, resume=folder.resumed,
+                                      on_station_verdicts=lambda checks: view.verdicts(checks,
+                                                                                       source="with the station"))
                     summary.update(lab.summary)
-                if station and (folder.run_dir / "station_checks.json").exists():
-                    view.verdicts(_read_json(folder.run_dir / "station_checks.json").get("results", []),
-                                  source="with the station")
                 if skipped_agent:
                     summary["agent_skipped"] = skipped_agent
                 if model is not None:
                     summary["agent"] = run_agent_job(
-                        claims, model_spec=job.model, model=model, datasheets_dir=job.datasheets_dir,
+                        claims, model_spec=job.model_spec, model=model, datasheets_dir=job.datasheets_dir,
                         run_dir=folder.run_dir, run_id=folder.run_id, index=folder.index,
                         api_url=start_chamber_api(stack, chambers, folder.run_dir, claims), progress=shown)
-                view.feed.record_stage("finishing", note="leaving the chambers safe; this view closes, the "
-                                                         "report follows")
+                shown.stage("finishing", "leaving the chambers in their safe state")
                 shown.say("leaving the chambers in their safe state")
         finally:
             summary["safe_state"] = campaign.safe_state if campaign else outcomes_of(opened)
-        summary["incomplete"] = shortfall(summary, agent_asked=not job.no_agent, agent_claims=claims)
+        summary["incomplete"] = shortfall(summary, agent_asked=not job.no_agent, agent_claims=claims,
+                                          agent_named=job.model is not None)
         if job.no_agent:
             summary.update(kept_agent_sections(folder.run_dir / "summary.json"))
         summary["status"] = RUN_STATUS[exit_code(summary)]
         record_provenance()
         progress.say(f"report: writing {folder.run_dir / 'report.md'} and report.html")
+        if view is not None:
+            shown.stage("report", "writing report.md and report.html")
         write_json_atomic(folder.run_dir / "summary.json", summary)
         summary["report"] = str(write_report(folder.run_dir))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: chambers made safe above; the index and summary say so
@@ -204,6 +218,9 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
                                     summary)
         finally:
             folder.close()
+            with views:  # the view says how the job ended (with a link to its report), then closes
+                if view is not None:
+                    view.ended(summary)
     return summary
 
 
@@ -234,25 +251,19 @@ def fleet_verdicts(view: Any, folder: Any, sections: list[dict[str, Any]]) -> No
         folder.index.record_verdict(folder.run_id, r)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object this job wrote (an unreadable or other file gives {}: the view then keeps what it had)."""
-    import json
-
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def shortfall(summary: dict[str, Any], *, agent_asked: bool, agent_claims: list[Any]) -> dict[str, int]:
+def shortfall(summary: dict[str, Any], *, agent_asked: bool, agent_claims: list[Any],
+              agent_named: bool = True) -> dict[str, int]:
     """What of the job was not done, counted (only non-zero counts): claims with an `error` verdict, agent cells
-    that ended in an engine error, agent cells asked for but not run (no datasheet, a cell that crashed, the agent
-    part skipped), cells whose datasheet could not be read (document_unreadable: no answer was possible)."""
+    that ended in an engine error, agent cells asked for but not run (a missing datasheet, a cell that crashed),
+    cells whose datasheet could not be read (document_unreadable: no answer was possible). The agent part skipped
+    whole because no datasheet was found counts only when it was asked for by name (`agent_named`: `--model`
+    given); the default agent of a first `make run` on a clone without ../shared is no shortfall: the summary says
+    it was skipped and how to get the datasheets (README, "Exit codes")."""
     agent = summary.get("agent") or {}
     scores = agent.get("fidelity_and_flags") or {}
     counts = {"error_verdicts": len(summary.get("error_claims", []))}
-    if agent_asked:
+    skipped_unasked = not agent and summary.get("agent_skipped") and not agent_named
+    if agent_asked and not skipped_unasked:
         counts["engine_errors"] = max(agent.get("outcomes", {}).get("engine_error", 0),
                                       scores.get("engine_errors", 0) if isinstance(scores, dict) else 0)
         counts["cells_not_run"] = agent.get("not_run", 0) if agent else len(
@@ -282,45 +293,59 @@ def status_line(d: dict[str, Any]) -> str:
     return f"{status} ({detail})" if detail else status
 
 
-def summary_text(d: dict[str, Any]) -> str:
-    """The summary lines `run` ends with (README: "It ends like this"); the first says its status."""
+def summary_text(d: dict[str, Any], width: Any = "terminal") -> str:
+    """The summary lines `run` ends with (README: "It ends like this"); the first says its status. On a terminal
+    each line fits its width (firmware_bridge.progress_line.wrap_parts: broken between "key value" parts only,
+    continued under the values); piped, one whole line each. `width`: columns (None: no wrapping; "terminal":
+    stdout's, if it is one)."""
+    from firmware_bridge.progress_line import fit_line, wrap_parts
     from protocols.exit_codes import unconfirmed_note
     from protocols.fleet_run import fleet_summary_lines
 
-    lines = ["", f"run {d['run_id']} ({d['backend']}) in {d.get('seconds', '?')} s: {status_line(d)}"]
+    def kv(counts: dict[str, Any]) -> list[str]:
+        return [f"{k} {v}" for k, v in counts.items()]
+
+    def row(key: str, parts: list[str], sep: str = ", ") -> list[str]:
+        return wrap_parts(parts, width, head=f"{key + ':':<12}", sep=sep)
+
+    lines = ["", *fit_line(f"run {d['run_id']} ({d['backend']}) in {d.get('seconds', '?')} s: {status_line(d)}",
+                           width)]
     if "verdicts" in d:
-        lines.append("verdicts:   " + ", ".join(f"{k} {v}" for k, v in sorted(d["verdicts"].items())))
+        lines += row("verdicts", kv(dict(sorted(d["verdicts"].items()))))
     s = d.get("sweep") or {}
     if "measured" in s:
         m = s["measured"]
-        lines.append(f"sweep:      {s['claim_id']} measured {m['value']} ± {m['u']} {m['unit']}, "
-                     f"c = {s['combined_uncertainty']}; verdict changes at bounds {', '.join(s['verdict_changes_at'])}")
+        lines += row("sweep", [s["claim_id"], f"measured {m['value']} ± {m['u']} {m['unit']}",
+                               f"c = {s['combined_uncertainty']}",
+                               f"verdict changes at bounds {' and '.join(s['verdict_changes_at'])}"])
     st = d.get("station")
     if st:
-        lines.append(f"station:    {len(st['definitive'])} definitive with instruments ("
-                     + ", ".join(f"{k} {v}" for k, v in sorted(st["verdicts"].items())) + ")")
+        lines += row("station", [f"{len(st['definitive'])} definitive with instruments",
+                                 *kv(dict(sorted(st["verdicts"].items())))])
     for kind, counters in (d.get("link") or {}).items():
-        lines.append(f"link {kind}:    " + ", ".join(f"{k} {v}" for k, v in counters.items()))
-    lines += fleet_summary_lines(d)
+        lines += row(f"link {kind}", kv(counters))
+    lines += [part for line in fleet_summary_lines(d) for part in fit_line(line, width)]
     if d.get("agent_skipped"):
-        lines.append(f"agent:      skipped: {d['agent_skipped']}")
+        lines += row("agent", [f"skipped: {d['agent_skipped']}"])
     a = d.get("agent")
     if a:
-        lines.append(f"agent:      {a['model']} on {a['cells']} claims ({a['kept_from_earlier']} kept from before): "
-                     + ", ".join(f"{k} {v}" for k, v in a["outcomes"].items()))
+        lines += row("agent", [f"{a['model']} on {a['cells']} claims", f"{a['kept_from_earlier']} kept from before",
+                               *kv(a["outcomes"])])
         if a.get("skipped_datasheets"):
-            lines.append(f"            skipped (no datasheet): {', '.join(a['skipped_datasheets'])}")
+            lines += wrap_parts(a["skipped_datasheets"], width, head=" " * 12 + "skipped (no datasheet): ",
+                                indent=" " * 12)
         fs = a.get("fidelity_and_flags")
         if isinstance(fs, dict) and fs:
             flagged = fs.get("flagged") or {}
-            bound = (f" (one-sided 95 % upper bound {flagged['upper_95']:.3f}; unit: {flagged.get('unit', 'cells')})"
-                     if flagged.get("count") == 0 and flagged.get("upper_95") is not None else "")
+            bound = ([f"one-sided 95 % upper bound {flagged['upper_95']:.3f} (unit: {flagged.get('unit', 'cells')})"]
+                     if flagged.get("count") == 0 and flagged.get("upper_95") is not None else [])
             latency = fs.get("latency_per_cell_mean_s")
-            lines.append(f"scores:     fidelity {fs.get('fidelity_passed')} of {fs.get('cells')} cells; detector flags "
-                         f"{flagged.get('count', 0)} of {flagged.get('n', 0)}{bound}; engine errors "
-                         f"{fs.get('engine_errors', 0)}" + (f"; {latency:.2f} s per cell" if latency else ""))
+            lines += row("scores", [f"fidelity {fs.get('fidelity_passed')} of {fs.get('cells')} cells",
+                                    f"detector flags {flagged.get('count', 0)} of {flagged.get('n', 0)}", *bound,
+                                    f"engine errors {fs.get('engine_errors', 0)}",
+                                    *([f"{latency:.2f} s per cell"] if latency else [])], sep="; ")
     if unsafe := unconfirmed_note(d.get("safe_state")):
-        lines.append(unsafe)
-    lines.append(f"results:    {d['run_dir']}")
-    lines.append(f"report:     {d.get('report') or Path(d['run_dir']) / 'summary.json'}")
+        lines += fit_line(unsafe, width)
+    lines += row("results", [str(d["run_dir"])])
+    lines += row("report", [str(d.get("report") or Path(d["run_dir"]) / "summary.json")])
     return "\n".join(lines)

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TextIO
 from protocols.claims import Claim
 from protocols.files import json_default, write_file_atomic, write_json_atomic
 from protocols.runner import BatchInterrupted, CheckResult, ProtocolContext, run_batch
+from protocols.staging import Measuring
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,17 @@ KEPT_NOTE = "graded before the run was interrupted; kept when it was resumed"
 
 
 class JobProgress(Protocol):
-    """Where a job reports: `start` a stage of `total` steps, `advance` one step with a note, `detail` what the
-    current step is doing (a staging read, a settle), `say` a line. The library calls it; the CLI renders it (a
-    progress bar on a terminal, plain lines otherwise)."""
+    """Where a job reports: `start` a stage of `total` steps, `stage` a stage without steps of its own (opening the
+    station, writing the report), `advance` one step with a note, `detail` what the current step is doing (a
+    staging read, a settle), `measuring` the runner's event as a reading starts (protocols.staging.Measuring: the
+    claims it serves, what is staged), `say` a line. The library calls it; the CLI renders it (a progress bar on a
+    terminal, plain lines otherwise) and the live view shows the stage and what is measured from these calls."""
 
     def start(self, label: str, total: int) -> None: ...
+
+    def stage(self, name: str, note: str = "") -> None: ...
+
+    def measuring(self, event: Measuring) -> None: ...
 
     def advance(self, note: str) -> None: ...
 
@@ -58,6 +65,12 @@ class Quiet:
     """A JobProgress that shows nothing (tests, library callers)."""
 
     def start(self, label: str, total: int) -> None:
+        pass
+
+    def stage(self, name: str, note: str = "") -> None:
+        pass
+
+    def measuring(self, event: Measuring) -> None:
         pass
 
     def advance(self, note: str) -> None:
@@ -73,10 +86,14 @@ class Quiet:
 class TextProgress:
     """A JobProgress drawn on a text stream (the CLI's stderr) with the one progress line of every long command
     (firmware_bridge/progress_line.py): each stage `label i/N (p %) elapsed ETA note`, redrawn in place on a
-    terminal and cut to its width - 1 (never wraps), the current `detail` as its note; `say` lines printed above
-    it (wrapped, never cut: they may be the hint that matters), each stamped with the job's elapsed time.
-    Not on a terminal: a line at each stage's start and end, between them at most one every `every` seconds
-    (never one per step or per settle), and every `say` line."""
+    terminal and fitted to its width - 1 (never wraps; elapsed moves during a long step), the current `detail` as
+    its note; `say` lines printed above it (wrapped at spaces, never cut: they may be the hint that matters), each
+    stamped with the job's elapsed time. A stage of claims graded in one planned batch (UNEVEN_STAGES: the first
+    claims need no chamber, the last may need minutes of it) shows "ETA ?" rather than an ETA from its rate so
+    far, which would promise seconds. Not on a terminal: a line at each stage's start and end, between them at
+    most one every `every` seconds (never one per step or per settle), and every `say` line."""
+
+    UNEVEN_STAGES = frozenset({"checks", "station"})
 
     def __init__(self, stream: TextIO, *, width: int | None = None, tty: bool | None = None,
                  every: float | None = None, clock: Callable[[], float] | None = None) -> None:
@@ -90,10 +107,23 @@ class TextProgress:
         self.began = self.clock()
 
     def start(self, label: str, total: int) -> None:
-        self.line.start(label, total)
+        self.line.start(label, total, rate_eta=label not in self.UNEVEN_STAGES)
 
     def advance(self, note: str) -> None:
         self.line.advance(note)
+
+    def stage(self, name: str, note: str = "") -> None:
+        """A stage without steps: the counted stage before it is over (its last line shown, its ticker stopped);
+        the job says this stage in a line of its own (`say`)."""
+        self.line.finish()
+
+    def measuring(self, event: Measuring) -> None:
+        """The runner's staging lines (`detail`) say what is read on the progress line; an event that carries the
+        plan's chamber time still ahead (`planned_left_s`: the planner's seconds at the measured row rates) is
+        the stage's ETA from then on, counted down."""
+        left = getattr(event, "planned_left_s", None)
+        if left is not None and self.line.open:
+            self.line.update(eta_s=max(0.0, float(left)))
 
     def detail(self, message: str) -> None:
         if self.line.open:
@@ -268,11 +298,14 @@ def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: P
                 graded: Callable[[Claim], None] = lambda claim: None,
                 on_verdicts: Callable[[list[dict[str, Any]]], None] = lambda checks: None,
                 on_verdict: Callable[[dict[str, Any]], None] = lambda result: None,
-                resume: bool = False) -> LabOutcome:
+                resume: bool = False,
+                on_station_verdicts: Callable[[list[dict[str, Any]]], None] = lambda checks: None) -> LabOutcome:
     """Calibrate and grade `claims` (only these: the caller's selection) on `chambers`, sweep the live
     operating-range reading when its claim is among them, grade again with the station of `station_file` (None:
     chamber alone), and record the link counters; files go into `run_dir`. `on_verdict` receives each chamber-only
-    verdict as it is decided, `on_verdicts` all of them once checks.json is written (the run index records them).
+    verdict as it is decided, `on_verdicts` all of them once checks.json is written (the run index records them),
+    `on_station_verdicts` the station pass's once station_checks.json is written (the caller holds them: no
+    reading back of a file this job wrote).
     The summary's `error_claims` lists every claim with an `error` verdict, with or without the station.
     `resume`: keep the verdicts an earlier attempt of this run decided (kept_verdicts) and grade only the others.
     Ctrl-C or SIGTERM: checks.json holds the verdicts decided (`interrupted`, `not_graded`), then LabInterrupted."""
@@ -310,7 +343,8 @@ def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: P
     try:
         try:
             batch = run_batch(todo, ProtocolContext(chambers=chambers, rows=rows, progress=progress_steps(progress),
-                                                    graded=graded, calibration=calibration),
+                                                    graded=graded, measuring=progress.measuring,
+                                                    calibration=calibration),
                               calibrate=calibration is None, on_result=decided, link=link_notes(progress))
         except BatchInterrupted as stop:
             checks = in_order({r.claim.id: r.to_dict() for r in stop.results})
@@ -342,7 +376,8 @@ def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: P
         record = batch.record if calibration is None else calibration
         if station_file:
             summary["station"] = grade_with_station(claims, chambers, Path(station_file), run_dir, rows=rows,
-                                                    calibration=record, earlier=batch.results, progress=progress)
+                                                    calibration=record, earlier=batch.results, progress=progress,
+                                                    on_verdicts=on_station_verdicts)
             errors.update(summary["station"]["errors"])
         summary["error_claims"] = sorted(errors)
         summary["link"] = {kind: c.link_stats() for kind, c in chambers.items()}
@@ -359,22 +394,26 @@ def run_lab_job(claims: Sequence[Claim], chambers: Mapping[str, Any], run_dir: P
 
 def grade_with_station(claims: Sequence[Claim], chambers: Mapping[str, Any], station_file: Path, run_dir: Path, *,
                        rows: int, calibration: Any, earlier: Sequence[CheckResult],
-                       progress: JobProgress = Quiet()) -> dict[str, Any]:
+                       progress: JobProgress = Quiet(),
+                       on_verdicts: Callable[[list[dict[str, Any]]], None] = lambda checks: None) -> dict[str, Any]:
     """Grade again with the instrument station: which claims become definitive, and the gradable envelope.
-    A claim the station does not change keeps its verdict from `earlier` (same protocol, same chambers)."""
+    A claim the station does not change keeps its verdict from `earlier` (same protocol, same chambers).
+    `on_verdicts` receives the results (as station_checks.json holds them) once that file is written."""
     from chamber.instruments import open_station
     from protocols.instrument_protocols import gradable_envelope
 
     progress.say(f"station: opening {station_file}, then grading {len(claims)} claims again")
+    progress.stage("station", f"opening {station_file}")
     with open_station(station_file) as station:
         progress.start("station", len(claims))
         context = ProtocolContext(chambers=chambers, calibration=calibration, rows=rows, station=station,
-                                  progress=progress_steps(progress))
+                                  progress=progress_steps(progress), measuring=progress.measuring)
         results = run_batch(claims, context, reuse={r.claim.id: r for r in earlier}).results
         envelope = gradable_envelope(claims, station)
     checks = [r.to_dict() for r in results]
     write_json_atomic(run_dir / "station_checks.json",
                       {"station": str(station_file), "results": checks, "envelope": envelope})
+    on_verdicts(checks)
     definitive = [r["claim_id"] for r in checks if r["verdict"] in ("pass", "fail")]
     return {"file": str(station_file), "verdicts": count(r["verdict"] for r in checks), "definitive": definitive,
             "errors": [r["claim_id"] for r in checks if r["verdict"] == "error"]}

@@ -56,7 +56,7 @@ from protocols.fleet_instances import Instance, take_instances
 from protocols.measurement import Measurement
 from protocols.planner import PROBE_ROWS, Plan, PlanItem, StopDecision, plan, stop_reason
 from protocols.registry import selected_protocol
-from protocols.staging import Chambers, ProcedureReader, ProtocolContext
+from protocols.staging import Chambers, Measuring, ProcedureReader, ProtocolContext
 from protocols.verdict import CapabilityCheck, Verdict, verdict
 
 log = logging.getLogger(__name__)
@@ -332,7 +332,8 @@ def _run_batch(claims: Sequence[Claim], context: ProtocolContext, calibrate: boo
 
     reads: dict[int, StepReadings] = {}
     failures: dict[int, BaseException] = {}
-    _read_stagings(runner, the_plan, range(len(the_plan.stagings)), reads, failures, full=False)
+    served = {item.key: item.claim.id if item.claim is not None else CALIBRATION_KEY for item in items}
+    _read_stagings(runner, the_plan, range(len(the_plan.stagings)), reads, failures, served, full=False)
 
     calibration, calibration_error = None, None
     if calibrating:
@@ -377,13 +378,21 @@ def _run_batch(claims: Sequence[Claim], context: ProtocolContext, calibrate: boo
     if pending:  # top up what the stopping rule could not spare to the default rows, and grade again
         needed = sorted({index for item, _ in pending.values() for index in the_plan.stagings_of(item.key).values()})
         _apply_restores(runner, the_plan)
-        _read_stagings(runner, the_plan, needed, reads, failures, full=True)
+        _read_stagings(runner, the_plan, needed, reads, failures, served, full=True)
         for i, (item, first) in pending.items():
             guarded(i, lambda i=i, item=item, first=first: grade_topped_up(i, item, first))
     _apply_restores(runner, the_plan)
 
+    def procedure(i: int) -> None:
+        runner.serving = (claims[i].id,)
+        try:
+            context.measuring(Measuring(runner.serving, declared[i].chamber or "", declared[i].description, 0))
+            finish(i, _run_procedure(claims[i], declared[i], context, runner))
+        finally:
+            runner.serving = ()
+
     for i in procedures:
-        guarded(i, lambda i=i: finish(i, _run_procedure(claims[i], declared[i], context, runner)))
+        guarded(i, lambda i=i: procedure(i))
 
     return BatchResult(
         results=[done[i] for i in range(len(claims))], calibration=calibration,
@@ -401,8 +410,9 @@ def _chamber_missing(context: ProtocolContext, kind: str | None) -> ProtocolUnav
 
 
 def _read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | range, reads: dict[int, StepReadings],
-                   failures: dict[int, BaseException], *, full: bool) -> None:
-    """Read each staging (first pass: each user's first rows; `full`: topped up to the default rows)."""
+                   failures: dict[int, BaseException], served: Mapping[str, str], *, full: bool) -> None:
+    """Read each staging (first pass: each user's first rows; `full`: topped up to the default rows); `served`:
+    each plan item's claim id, for the `measuring` event that names what a reading serves."""
     for index in indices:
         if index in failures:
             continue
@@ -412,6 +422,8 @@ def _read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | ra
         if want <= have:
             continue
         try:
+            runner.context.measuring(Measuring(tuple(dict.fromkeys(served[u.item] for u in staging.uses)),
+                                               staging.chamber, staging.label(), want - have))
             held = runner.current.get(staging.chamber) == index
             if not held:
                 runner.context.progress(f"{staging.chamber}: stage {staging.label()} "

@@ -44,12 +44,26 @@ class SettingCheck(TypingProtocol):
     def check(self, settings: Mapping[str, Any], *, inputs_only: bool = True) -> dict[str, float]: ...
 
 
+@dataclass(frozen=True)
+class Measuring:
+    """What a run starts to measure, as an event: the claims one reading serves (`calibration` for the
+    cross-sensor calibration), the chamber, what is staged (the steps' labels, as the progress lines name them; a
+    procedure's description as it starts) and the rows it reads (0: a procedure's, decided as it goes). A live
+    view names the claim under measurement from it, never from the progress lines' words."""
+
+    claims: tuple[str, ...]
+    chamber: str
+    staged: str
+    rows: int
+
+
 @dataclass
 class ProtocolContext:
     """What a run may use: the connected chambers by kind ("wt"/"lt"), a calibration record, the sizes, progress,
     an opened station of lab instruments (chamber.instruments.Station; None = the chamber alone), the setting
-    guards per chamber kind (None: the driver's own checks only), the clock that dates a calibration, and `graded`,
-    called with each claim as its verdict is ready (a live view shows it)."""
+    guards per chamber kind (None: the driver's own checks only), the clock that dates a calibration, `graded`,
+    called with each claim as its verdict is ready, and `measuring`, called as each planned staging is read and
+    as each procedure starts and stages (a live view shows both)."""
 
     chambers: Mapping[str, ChamberLike]
     calibration: CalibrationRecord | None = None
@@ -60,6 +74,7 @@ class ProtocolContext:
     setting_guards: Mapping[str, SettingCheck] = field(default_factory=dict)
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
     graded: Callable[[Claim], None] = lambda claim: None
+    measuring: Callable[[Measuring], None] = lambda event: None
 
     def chamber(self, kind: str) -> ChamberLike:
         if kind not in self.chambers:
@@ -87,6 +102,7 @@ class Chambers:
         self.rows: dict[str, int] = {}
         self.stagings = 0
         self.current: dict[str, int | None] = {}  # chamber kind -> the planned staging it holds now
+        self.serving: tuple[str, ...] = ()  # the claim a running procedure measures (its stagings name it)
 
     def guarded(self, kind: str, settings: Mapping[str, float]) -> dict[str, float]:
         guard = self.context.setting_guards.get(kind)
@@ -97,6 +113,8 @@ class Chambers:
         """SET through the guard, then settle (`settle`)."""
         chamber = self.context.chamber(kind)
         self.context.progress(f"{kind}: {label}: settle " + (f"{settle_s:g} s" if settle_s else f"{settle_rows} rows"))
+        if self.serving:
+            self.context.measuring(Measuring(self.serving, kind, label, 0))
         if settings:
             chamber.set_many(self.guarded(kind, settings))
         self.current[kind] = None

@@ -3,7 +3,9 @@
 What must hold: every SET and MSR the service makes reaches the feed (and a refused SET does not), the ring stays
 bounded, an unset reading is null, nothing a tool call would not show is in the feed (no session id, no
 bookkeeping column), the stream starts with the snapshot and then carries only new rows, stopping the server ends
-an open stream, and with a token the live routes need it like every other route.
+an open stream, and with a token the live routes need it like every other route. The job's side (issue 35): what
+is measured now names its claims until another stage begins; the end of a job is in the snapshot, and the stream
+sends it, then the report, and ends; the job's view serves the report once it is written.
 """
 
 from __future__ import annotations
@@ -123,16 +125,81 @@ def test_each_feed_has_its_own_start_id_and_the_snapshot_carries_it():
     assert LiveFeed(start_id="fixed").snapshot()["start_id"] == "fixed"
 
 
-def test_claim_line_has_stage_bound_and_result_once_known():
+def test_claim_line_has_stage_bound_and_result_with_its_reason_once_known():
     feed = LiveFeed(wall_clock=lambda: 5.0)
     feed.record_stage("checks", done=2, total=40, note="wt: stage fans off")
     feed.record_claim({"id": "x-range", "bound": "300 … 1200 hPa"}, chamber=None, activity="graded")
     snap = feed.snapshot()
     assert snap["stage"] == {"name": "checks", "done": 2, "total": 40, "note": "wt: stage fans off", "at": 5.0}
     assert snap["claim"]["bound"] == "300 … 1200 hPa" and "result" not in snap["claim"]
-    feed.record_verdicts([{"claim_id": "x-range", "verdict": "pass", "claim_unit": "hPa",
+    feed.record_verdicts([{"claim_id": "x-range", "verdict": "pass", "claim_unit": "hPa", "class": None,
+                           "reason": "inside the claim by 86.8 hPa, more than c = 0.4 hPa",
                            "measured": {"value": "1013.2", "u": "0.4", "unit": "hPa"}}])
-    assert feed.snapshot()["claim"]["result"] == {"verdict": "pass", "value": "1013.2", "u": "0.4", "unit": "hPa"}
+    assert feed.snapshot()["claim"]["result"] == {"verdict": "pass", "value": "1013.2", "u": "0.4", "unit": "hPa",
+                                                  "reason": "inside the claim by 86.8 hPa, more than c = 0.4 hPa"}
+    feed.record_verdicts([{"claim_id": "x-range", "verdict": "inconclusive", "claim_unit": "hPa", "measured": None,
+                           "class": "unmatched-stimulus", "reason": "decisive condition not matched: temperature"}])
+    result = feed.snapshot()["claim"]["result"]  # an inconclusive verdict says why, with its class
+    assert result["reason"] == "decisive condition not matched: temperature" and result["class"] == "unmatched-stimulus"
+
+
+def test_what_is_measured_now_names_its_claims_and_the_first_ones_bound_until_another_stage():
+    feed = LiveFeed(wall_clock=lambda: 7.0)
+    feed.record_bounds({"a-range": "300 … 1200 hPa"})
+    feed.record_stage("calibration and checks", total=3)
+    assert feed.snapshot()["measuring"] is None
+    feed.record_measuring(("a-range", "b-noise"), chamber="wt", staged="fans off, OSR 8", rows=200)
+    assert feed.snapshot()["measuring"] == {"claims": ["a-range", "b-noise"], "chamber": "wt",
+                                            "staged": "fans off, OSR 8", "rows": 200, "at": 7.0,
+                                            "bound": "300 … 1200 hPa"}
+    feed.record_stage("calibration and checks", done=1, total=3, note="a-range")  # a step of the same stage
+    assert feed.snapshot()["measuring"]["claims"] == ["a-range", "b-noise"]
+    feed.record_stage("sweep", total=2)  # another stage: nothing of the last one is measured any more
+    assert feed.snapshot()["measuring"] is None
+
+
+def test_the_end_of_a_job_is_in_the_snapshot_and_the_stream_sends_it_then_the_report_and_ends(tmp_path):
+    from protocols.api.live import live_app
+    from protocols.api.server import serve_in_thread
+
+    report = tmp_path / "report.html"
+    report.write_text("<!doctype html><title>Run report: r1</title><p>53 claims</p>", encoding="utf-8")
+    feed = LiveFeed(wall_clock=lambda: 9.0)
+    feed.record_measuring(("a-range",), chamber="wt", staged="fans off", rows=20)
+    with serve_in_thread(live_app(feed)) as url, httpx.Client(base_url=url, timeout=10) as http:
+        missing = http.get("/report")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "no_report"
+        feed.record_end("finished", verdicts={"inconclusive": 39, "pass": 14}, report=report,
+                        note="results in /runs/r1")
+        snap = http.get("/live").json()
+        assert snap["end"] == {"status": "finished", "at": 9.0, "verdicts": 53, "counts": {"inconclusive": 39,
+                               "pass": 14}, "note": "results in /runs/r1", "report": "report",
+                               "report_name": "report.html"}
+        assert snap["measuring"] is None  # nothing is measured once the job has ended
+        served = http.get("/report")  # the view serves the report it links, while it is up
+        assert served.status_code == 200 and served.text == report.read_text(encoding="utf-8")
+        with http.stream("GET", "/live/stream") as stream:
+            events = [line for line in stream.iter_lines() if line.startswith("event: ")]
+            # The stream ended by itself (iter_lines returned): the update with the end, then the report.
+        assert events == ["event: update", "event: report"]
+        with http.stream("GET", "/live/stream") as stream:
+            lines = list(stream.iter_lines())
+        data = json.loads(lines[lines.index("event: report") + 1][len("data: "):])
+        assert data == {"name": "report.html", "html": report.read_text(encoding="utf-8")}
+
+
+def test_a_job_that_ended_without_a_report_says_so_and_its_stream_ends_without_one():
+    feed = LiveFeed(wall_clock=lambda: 3.0)
+    feed.record_end("interrupted", verdicts={"pass": 12})
+    assert feed.snapshot()["end"]["report"] is None and feed.report_file is None
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in feed.stream()]
+
+    import asyncio
+
+    chunks = asyncio.run(collect())
+    assert [c.split("\n", 1)[0] for c in chunks] == ["retry: 1000", "event: update"]
 
 
 def test_a_nested_view_shows_its_claims_on_the_outer_one_and_rows_once_each(wt):
@@ -195,6 +262,7 @@ def test_stream_sends_the_snapshot_then_only_new_rows(wt, tmp_path, claims):
             while update["seq"] < 5:  # a claim update may come first; rows arrive by the deadline of the read
                 update = _events(lines)
             assert [r["seq"] for r in update["rows"]] == [3, 4, 5]
+            assert first["verdicts"] == {} and update["verdicts"] is None  # resent only when one is recorded
 
 
 def test_stopping_the_server_ends_an_open_stream(wt, tmp_path, claims):

@@ -1,5 +1,5 @@
 """The live feed of the chamber tools API and of the main job: each chamber's input state, the latest sensor rows,
-the claim in use, the stage of the job.
+the claim in use, the stage of the job, what is being measured now, and how the job ended.
 
 Why a module of its own, fed by a thin proxy around each chamber: every SET and MSR the service makes (a tool
 call, or a protocol that `run_protocol` runs) goes through the chamber object the app was given, so wrapping that
@@ -17,6 +17,12 @@ Why bounded and push-based: the feed is read by a browser page over Server-Sent 
 in a ring of fixed size, and a stream waits on an asyncio event that a publisher sets from whichever thread
 measured, with no polling. Each feed has a `start_id`: a page that sees another one knows the service restarted
 and drops the traces it drew. `close()` ends every open stream: uvicorn's shutdown waits for running responses.
+
+Why the end is an event of its own, with the report in the stream: the job's view closes when the job ends, and a
+page that only saw the stream break said "reconnecting" forever. `record_end` says how the job ended (its status,
+the time, the verdicts, the report it wrote); each open stream sends that update and then the report itself (an
+`event: report`), so the page keeps a copy and its link still works after the job's process has gone; the page
+then stops reconnecting. While the view is up, `GET /report` serves the same file (`live_app`).
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -71,7 +78,11 @@ class LiveFeed:
         self._chambers: dict[str, dict[str, Any]] = {}
         self._claim: dict[str, Any] | None = None
         self._stage: dict[str, Any] | None = None
+        self._measuring: dict[str, Any] | None = None
+        self._end: dict[str, Any] | None = None
+        self._report: Path | None = None
         self._verdicts: dict[str, dict[str, Any]] = {}
+        self._verdicts_version = 0  # bumps when a verdict is recorded: a stream resends them only then
         self._bounds: dict[str, str] = {}  # claim id -> its bound as text, for claims published without one
         self._row_s: dict[str, float] = {}  # chamber kind -> seconds per row over its last block of rows
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
@@ -146,19 +157,52 @@ class LiveFeed:
             feed.record_claim(claim, chamber=chamber, activity=activity)
 
     def record_stage(self, stage: str, *, done: int = 0, total: int = 0, note: str = "") -> None:
-        """The stage of the job the view belongs to (calibration and checks, station, agent, ...), i/N, a note."""
+        """The stage of the job the view belongs to (calibration and checks, station, agent, ...), i/N, a note.
+        Another stage ends what was being measured in the one before."""
         with self._lock:
+            if self._stage is not None and self._stage["name"] != stage:
+                self._measuring = None
             self._stage = {"name": stage, "done": done, "total": total, "note": note, "at": self._clock()}
         self._changed()
+
+    def record_measuring(self, claims: Sequence[str], *, chamber: str, staged: str, rows: int) -> None:
+        """What the chambers measure now: the claims one reading serves (`calibration` for the cross-sensor
+        calibration), on `chamber`, with `staged` (what is set, in the steps' words) and the `rows` it reads."""
+        with self._lock:
+            self._measuring = {"claims": list(claims), "chamber": chamber, "staged": staged, "rows": int(rows),
+                               "at": self._clock()}
+        self._changed()
+
+    def record_end(self, status: str, *, verdicts: Mapping[str, int], report: Path | None = None,
+                   note: str = "") -> None:
+        """How the job ended: its status (finished, interrupted, failed, ...), how many of each verdict it
+        decided, the report it wrote (an HTML file; None: none was written) and a note (the error, the run
+        folder). Nothing is measured any more; each open stream sends this, then the report, and ends."""
+        with self._lock:
+            self._measuring = None
+            self._report = Path(report) if report is not None else None
+            self._end = {"status": status, "at": self._clock(), "verdicts": sum(int(n) for n in verdicts.values()),
+                         "counts": {str(k): int(n) for k, n in verdicts.items()}, "note": note,
+                         "report": "report" if self._report is not None else None,
+                         "report_name": self._report.name if self._report is not None else None}
+        self._changed()
+
+    @property
+    def report_file(self) -> Path | None:
+        """The report the job wrote (record_end), or None."""
+        with self._lock:
+            return self._report
 
     def record_verdicts(self, checks: list[Mapping[str, Any]]) -> None:
         """Verdicts as the runner writes them (CheckResult.to_dict): each claim's verdict and measured value ± U."""
         with self._lock:
             for c in checks:
                 m = c.get("measured") or {}
-                self._verdicts[str(c["claim_id"])] = {"verdict": c.get("verdict"), "value": m.get("value"),
-                                                      "u": m.get("u"), "unit": m.get("unit") or c.get("claim_unit"),
-                                                      **({"source": c["source"]} if c.get("source") else {})}
+                self._verdicts[str(c["claim_id"])] = {
+                    "verdict": c.get("verdict"), "value": m.get("value"), "u": m.get("u"),
+                    "unit": m.get("unit") or c.get("claim_unit"),
+                    **{k: c[k] for k in ("reason", "class", "source") if c.get(k)}}
+            self._verdicts_version += 1
         self._changed()
 
     def record_bounds(self, bounds: Mapping[str, str]) -> None:
@@ -189,15 +233,25 @@ class LiveFeed:
                 claim["result"] = dict(self._verdicts[claim["id"]])
             if claim is not None and not claim.get("bound") and claim.get("id") in self._bounds:
                 claim["bound"] = self._bounds[claim["id"]]
+            measuring = None if self._measuring is None else dict(self._measuring, claims=list(
+                self._measuring["claims"]))
+            bound = next((self._bounds[c] for c in (measuring or {}).get("claims", ()) if c in self._bounds), None)
+            if measuring is not None and bound:  # the first claim's (the calibration it may serve has none)
+                measuring["bound"] = bound
             return {"start_id": self.start_id, "started_at": self.started_at, "now": self._clock(),
                     "seq": self._seq, "version": self._version, "ring_rows": self._rows.maxlen,
                     "chambers": {k: dict(v, state=dict(v.get("state", {}))) for k, v in self._chambers.items()},
                     "claim": claim, "stage": None if self._stage is None else dict(self._stage),
-                    "verdicts": {k: dict(v) for k, v in self._verdicts.items()}, "rows": rows}
+                    "measuring": measuring, "end": None if self._end is None else dict(self._end),
+                    "verdicts": {k: dict(v) for k, v in self._verdicts.items()},
+                    "verdicts_version": self._verdicts_version, "rows": rows}
 
     async def stream(self, *, heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:
         """Server-Sent Events: first the whole snapshot, then one `update` per change with the new rows only, and
-        a `ping` (with the service's start id and time) when nothing changed for `heartbeat_s`."""
+        a `ping` (with the service's start id and time) when nothing changed for `heartbeat_s`; `verdicts` is null
+        in an update when none was recorded since the last one sent (a page keeps what it has). Once the job has
+        ended (record_end): that update, then the report it wrote as `event: report` ({"name", "html"}), and the
+        stream ends."""
         loop = asyncio.get_running_loop()
         waiter = (loop, asyncio.Event())
         with self._lock:
@@ -205,14 +259,22 @@ class LiveFeed:
                 return
             self._waiters.add(waiter)
         try:
-            sent_version, since = -1, 0
+            sent_version, since, sent_verdicts = -1, 0, -1
             yield f"retry: {RETRY_MS}\n\n"
             while True:
                 waiter[1].clear()
                 snap = self.snapshot(since)
                 if snap["version"] != sent_version:
                     sent_version, since = snap["version"], snap["seq"]
+                    if snap["verdicts_version"] == sent_verdicts:
+                        snap["verdicts"] = None  # unchanged: 50-odd verdicts with their reasons, not resent per row
+                    sent_verdicts = snap["verdicts_version"]
                     yield f"event: update\nid: {snap['seq']}\ndata: {json.dumps(snap, allow_nan=False)}\n\n"
+                if snap["end"] is not None:
+                    report = self._report_event()
+                    if report:
+                        yield report
+                    return
                 if self._closed:
                     return
                 try:
@@ -223,6 +285,17 @@ class LiveFeed:
         finally:
             with self._lock:
                 self._waiters.discard(waiter)
+
+    def _report_event(self) -> str:
+        """The report the job wrote, as one SSE event (empty: no report, or it cannot be read any more)."""
+        path = self.report_file
+        if path is None:
+            return ""
+        try:
+            html = path.read_text(encoding="utf-8")
+        except OSError:
+            return ""
+        return f"event: report\ndata: {json.dumps({'name': path.name, 'html': html})}\n\n"
 
     def close(self) -> None:
         """End every open stream (and refuse new ones): the server is stopping."""
@@ -396,10 +469,23 @@ def add_live_routes(app: Any, feed: LiveFeed) -> None:
 
 def live_app(feed: LiveFeed) -> Any:
     """A read-only app with the live view alone, for the main job's own grading (which runs in-process, without the
-    tools API). Served on loopback only; it has no tools, so nothing on it can move the chamber."""
+    tools API), and `GET /report`: the report the job wrote, once it has ended (record_end). Served on loopback
+    only; it has no tools, so nothing on it can move the chamber."""
     app = FastAPI(title="chamberlab live view", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.live = feed  # serve_in_thread ends the open streams through it before uvicorn stops
     add_live_routes(app, feed)
+
+    @app.get("/report", include_in_schema=False)
+    async def report() -> Response:
+        path = feed.report_file
+        if path is None:
+            return JSONResponse({"error": {"code": "no_report", "message": "no report yet: the job writes it when "
+                                           "it ends, and this view then links it"}}, status_code=404)
+        try:
+            return HTMLResponse(path.read_text(encoding="utf-8"), headers={"Cache-Control": "no-store"})
+        except OSError as exc:
+            return JSONResponse({"error": {"code": "report_unreadable", "message": f"expected the report at {path}, "
+                                           f"got {type(exc).__name__}: {exc}"}}, status_code=404)
     return app
 
 

@@ -1,10 +1,14 @@
-"""The main job's one live view: a read-only page that follows every stage of `run` on one URL.
+"""The main job's one live view: a read-only page that follows every stage of `run` on one URL, and says when the
+job ended.
 
 Why its own module: the view joins the feed (live.py) and the server (server.py), and server.py already imports
-the app, which imports live.py; here neither import runs in a circle. What it adds to the feed is the job's side:
-the stage and i/N from the job's progress (`StageProgress` wraps the progress the CLI renders), each claim's bound,
-and the verdicts as the job writes them. The chamber tools API that the agent stage starts over the same wrapped
-chambers nests in this view (live.LiveChamber forwards its claims), so the agent stage prints no second URL.
+the app, which imports live.py; here neither import runs in a circle. What it adds to the feed is the job's side,
+all of it from the job's own events, never from the text it prints: the stage and i/N (`StageProgress` wraps the
+progress the CLI renders: `start` and `stage` name the stage), what is measured now and for which claims
+(`measuring`, the runner's event as a staging is read or a procedure runs), each claim's bound, each verdict as it
+is decided, and how the job ended with the report it wrote (`ended`). The chamber tools API that the agent stage
+starts over the same wrapped chambers nests in this view (live.LiveChamber forwards its claims), so the agent stage
+prints no second URL.
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from protocols.staging import Measuring
 
 from .live import LiveChamber, LiveFeed, claim_bound, live_app, report_graded
 from .server import serve_in_thread
 
-STAGE_WORDS = ("checks", "station", "sweep", "agent", "scoring", "report")
-"""Stages of `run` a progress line may open with (`station: opening ...`): the view shows that stage. Not
-`calibration`: it runs in the checks' plan ("calibration and checks"), and its line comes once it is done."""
+STAGE_NAMES = {"checks": "calibration and checks"}
+"""How the view names a stage the job starts under a short label (`checks`: the calibration runs in its plan)."""
 
 
 @dataclass
@@ -36,7 +42,8 @@ class JobLiveView:
         report_graded(self.feed)(claim)
 
     def verdicts(self, checks: list[Mapping[str, Any]], *, source: str) -> None:
-        """Verdicts as written (checks.json, station_checks.json), marked by what graded them."""
+        """Verdicts as written (checks.json, station_checks.json) or as each is decided, marked by what graded
+        them; each with its reason."""
         self.feed.record_verdicts([{**c, "source": source} for c in checks])
 
     def watch(self, name: str, chamber: Any) -> LiveChamber:
@@ -51,6 +58,18 @@ class JobLiveView:
         self.feed.record_chamber_note(name, f"{self.graded_count[name]} claim(s) graded; last: {claim.id}")
         self.feed.record_claim({"id": claim.id, "component": claim.component, "parameter": claim.parameter,
                                 "unit": claim.unit, "bound": claim_bound(claim)}, chamber=name, activity="graded")
+
+    def ended(self, summary: Mapping[str, Any]) -> None:
+        """The job has ended (its summary: `status`, `verdicts` counts, `report`, `error`, `run_dir`): the page
+        says so, with the verdict count and a link to the report (report.html beside the summary's report), and
+        stops following. Called once the report is written, before the view closes."""
+        report = summary.get("report")
+        html = Path(str(report)).with_suffix(".html") if report else None
+        verdicts = summary.get("verdicts") if isinstance(summary.get("verdicts"), Mapping) else {}
+        note = str(summary.get("error") or "") or (f"results in {summary['run_dir']}" if summary.get("run_dir")
+                                                   else "")
+        self.feed.record_end(str(summary.get("status") or "ended"), verdicts=dict(sorted(verdicts.items())),
+                             report=html if html is not None and html.is_file() else None, note=note)
 
     def progress(self, inner: Any) -> "StageProgress":
         return StageProgress(inner, self.feed)
@@ -70,20 +89,26 @@ def start_job_live_view(stack: contextlib.ExitStack, chambers: Mapping[str, Any]
 
 
 class StageProgress:
-    """A JobProgress that passes everything on to `inner` and shows the job's stage (and i/N) on the live view."""
+    """A JobProgress that passes everything on to `inner` and shows the job's stage (and i/N) and what it measures
+    on the live view. The stage comes from the job's calls (`start` of a stage with steps, `stage` of one
+    without), never from the words of a line it says."""
 
     def __init__(self, inner: Any, feed: LiveFeed) -> None:
         self._inner, self._feed = inner, feed
         self._stage, self._done, self._total = "starting", 0, 0
 
     def _show(self, note: str = "") -> None:
-        name = "calibration and checks" if self._stage == "checks" else self._stage
-        self._feed.record_stage(name, done=self._done, total=self._total, note=note)
+        self._feed.record_stage(self._stage, done=self._done, total=self._total, note=note)
 
     def start(self, label: str, total: int) -> None:
-        self._stage, self._done, self._total = label, 0, total
+        self._stage, self._done, self._total = STAGE_NAMES.get(label, label), 0, total
         self._show()
         self._inner.start(label, total)
+
+    def stage(self, name: str, note: str = "") -> None:
+        self._stage, self._done, self._total = STAGE_NAMES.get(name, name), 0, 0
+        self._show(note)
+        self._inner.stage(name, note)
 
     def advance(self, note: str) -> None:
         self._done += 1
@@ -94,11 +119,14 @@ class StageProgress:
         self._show(message)
         self._inner.detail(message)
 
+    def measuring(self, event: Measuring) -> None:
+        """The runner's event (protocols.staging.Measuring, the job passes it as `ProtocolContext.measuring`): the
+        claims the reading that starts now serves, its chamber, what is staged, its rows."""
+        self._feed.record_measuring(tuple(event.claims), chamber=str(event.chamber), staged=str(event.staged),
+                                    rows=int(event.rows))
+        self._inner.measuring(event)
+
     def say(self, message: str) -> None:
-        word = message.split(":", 1)[0].strip().lower() if ":" in message else ""
-        if word in STAGE_WORDS and word != self._stage:
-            self._stage, self._done, self._total = word, 0, 0
-            self._show(message.split(":", 1)[1].strip())
         self._inner.say(message)
 
     def __getattr__(self, name: str) -> Any:
