@@ -70,6 +70,7 @@ def run_agent_job(claims: Sequence[Claim], *, model_spec: str, model: ModelClien
         report = run_cells([PlannedCell(c.id, model_spec) for c in runnable], claims={c.id: c for c in runnable},
                            cells_dir=cells_dir, datasheets_dir=datasheets_dir, client_factory=lambda _spec: model,
                            clock=time.time, sleep=time.sleep, chamber=chamber, index=where, on_cell=said)
+    progress.stage("scoring", f"fidelity and the silent-failure detector over {len(runnable)} cells")
     progress.say(f"scoring: fidelity and the silent-failure detector over {len(runnable)} cells")
     return {"model": model_spec, "cells": len(runnable), "kept_from_earlier": report.counts["kept"],
             "not_run": len(wanted) - len(runnable) + len(report.failures),

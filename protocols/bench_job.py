@@ -121,7 +121,7 @@ class TextProgress:
         """The runner's staging lines (`detail`) say what is read on the progress line; an event that carries the
         plan's chamber time still ahead (`planned_left_s`: the planner's seconds at the measured row rates) is
         the stage's ETA from then on, counted down."""
-        left = getattr(event, "planned_left_s", None)
+        left = event.planned_left_s
         if left is not None and self.line.open:
             self.line.update(eta_s=max(0.0, float(left)))
 

@@ -42,6 +42,8 @@ SET_SECONDS = 0.15
 FAN_SECONDS = 3.0
 """A fan load change: seconds for the fan to spin up or down (the settle rows cover it; a change still costs)."""
 FANS = ("load_in", "load_out")
+NOMINAL_ROW_S: Mapping[str, float] = {"wt": 1.0 / 7.0, "lt": 1.0 / 12.0}
+"""The real boards' pace: the wind tunnel reads about 7 rows/s, the light tunnel 12 (simulator/params.py)."""
 CONDITION_CLASSES = ("no-traceable-reference", "unmatched-stimulus", "unmatched-observable", "engagement-only")
 
 
@@ -128,6 +130,14 @@ def change_seconds(state: Mapping[str, float], settings: Mapping[str, float]) ->
         if name in FANS:
             total += FAN_SECONDS
     return total
+
+
+def reading_seconds(staging: Staging, state: Mapping[str, float], rows: int,
+                    row_s: Mapping[str, float] = NOMINAL_ROW_S) -> float:
+    """The planned chamber seconds of reading `rows` rows of `staging` from `state` (the chamber's settings before
+    it): the change of settings, the settle seconds and settle rows, and the rows at the chamber's row period."""
+    period = row_s.get(staging.chamber, max(row_s.values()))
+    return change_seconds(state, staging.settings) + staging.settle_s + (staging.settle_rows + rows) * period
 
 
 def plan(items: Sequence[PlanItem], *, rows: int, settle_rows: int, probe_rows: int = PROBE_ROWS,

@@ -54,7 +54,7 @@ from protocols.declaration import (
 )
 from protocols.fleet_instances import Instance, take_instances
 from protocols.measurement import Measurement
-from protocols.planner import PROBE_ROWS, Plan, PlanItem, StopDecision, plan, stop_reason
+from protocols.planner import PROBE_ROWS, Plan, PlanItem, StopDecision, plan, reading_seconds, stop_reason
 from protocols.registry import selected_protocol
 from protocols.staging import Chambers, Measuring, ProcedureReader, ProtocolContext
 from protocols.verdict import CapabilityCheck, Verdict, verdict
@@ -409,11 +409,31 @@ def _chamber_missing(context: ProtocolContext, kind: str | None) -> ProtocolUnav
     raise AssertionError("unreachable: the chamber is connected")
 
 
+def _planned_pass(runner: Chambers, the_plan: Plan, todo: Sequence[int], reads: dict[int, StepReadings],
+                  full: bool) -> list[float]:
+    """Each staging's planned chamber seconds in one reading pass, in order, from each chamber's state as the
+    pass finds it (protocols/planner.reading_seconds)."""
+    state = {k: dict(getattr(c, "state", lambda: {})() or {}) for k, c in runner.context.chambers.items()}
+    seconds = []
+    for index in todo:
+        staging = the_plan.stagings[index]
+        have = reads[index].n if index in reads else 0
+        want = staging.full_rows if full else staging.first_rows
+        chamber_state = state.setdefault(staging.chamber, {})
+        seconds.append(reading_seconds(staging, chamber_state, max(0, want - have)) if want > have else 0.0)
+        chamber_state.update(staging.settings)
+    return seconds
+
+
 def _read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | range, reads: dict[int, StepReadings],
                    failures: dict[int, BaseException], served: Mapping[str, str], *, full: bool) -> None:
     """Read each staging (first pass: each user's first rows; `full`: topped up to the default rows); `served`:
-    each plan item's claim id, for the `measuring` event that names what a reading serves."""
-    for index in indices:
+    each plan item's claim id, for the `measuring` event that names what a reading serves, with the pass's planned
+    chamber seconds still ahead (the planner's, scaled by the pace measured so far in this pass: the ETA)."""
+    todo = [i for i in indices if i not in failures]
+    planned = _planned_pass(runner, the_plan, todo, reads, full)
+    began, planned_done = runner.context.timer(), 0.0
+    for position, index in enumerate(todo):
         if index in failures:
             continue
         staging = the_plan.stagings[index]
@@ -421,9 +441,12 @@ def _read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | ra
         want = staging.full_rows if full else staging.first_rows
         if want <= have:
             continue
+        pace = (runner.context.timer() - began) / planned_done if planned_done > 0 else 1.0
+        left = sum(planned[position:]) * pace
+        planned_done += planned[position]
         try:
             runner.context.measuring(Measuring(tuple(dict.fromkeys(served[u.item] for u in staging.uses)),
-                                               staging.chamber, staging.label(), want - have))
+                                               staging.chamber, staging.label(), want - have, planned_left_s=left))
             held = runner.current.get(staging.chamber) == index
             if not held:
                 runner.context.progress(f"{staging.chamber}: stage {staging.label()} "

@@ -10,6 +10,8 @@ a backend that stamps a whole read at once cannot cut it short.
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Protocol as TypingProtocol, Sequence
@@ -55,6 +57,8 @@ class Measuring:
     chamber: str
     staged: str
     rows: int
+    planned_left_s: float | None = None  # the planned chamber seconds of this pass still ahead, this reading
+    # included, scaled by the pace measured so far (None: not planned, e.g. a procedure)
 
 
 @dataclass
@@ -73,6 +77,7 @@ class ProtocolContext:
     station: Any | None = None
     setting_guards: Mapping[str, SettingCheck] = field(default_factory=dict)
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    timer: Callable[[], float] = time.monotonic  # times the readings against their plan (the ETA's pace)
     graded: Callable[[Claim], None] = lambda claim: None
     measuring: Callable[[Measuring], None] = lambda event: None
 

@@ -113,6 +113,44 @@ def test_the_planner_measures_shared_conditions_once():
     assert p.restores == {"wt": {"load_in": 0.0}}
 
 
+def test_each_reading_announces_the_planned_chamber_time_still_ahead_of_its_pass():
+    """The ETA of `check --all` and `run` (issue 35): the first reading of a pass carries the planner's seconds of
+    the whole pass (reading_seconds over its stagings, in order), each later one what is left scaled by the pace
+    measured so far (a fake timer: the chamber runs exactly twice as slow as planned), and a procedure none."""
+    from protocols.planner import reading_seconds
+
+    claims = [get_claim(i) for i in ("dps310-operating-range", "dps310-pressure-precision-high",
+                                     "acs70331-bandwidth")]
+    chambers = _sim()
+    seen = []
+    now = [0.0]
+    try:
+        context = ProtocolContext(chambers=chambers, rows=30, timer=lambda: now[0])
+        items = [PlanItem(c.id, registry.protocol_for(c), c, True) for c in claims if registry.protocol_for(c).steps]
+        start = {k: dict(c.state()) for k, c in chambers.items()}
+        first_pass = plan(items, rows=30, settle_rows=context.settle_rows, start=start)
+        state, planned = {k: dict(v) for k, v in start.items()}, []
+        for staging in first_pass.stagings:
+            planned.append(reading_seconds(staging, state.setdefault(staging.chamber, {}), staging.first_rows))
+            state[staging.chamber].update(staging.settings)
+
+        def measuring(event):  # the reading this event announces takes twice its planned seconds
+            staged = sum(e.planned_left_s is not None for e in seen)
+            seen.append(event)
+            if event.planned_left_s is not None and staged < len(planned):
+                now[0] += 2.0 * planned[staged]
+
+        context.measuring = measuring
+        run_batch(claims, context)
+    finally:
+        _close(chambers)
+    staged = [e for e in seen if e.planned_left_s is not None]
+    assert len(staged) >= len(planned) >= 2
+    assert staged[0].planned_left_s == pytest.approx(sum(planned))  # no pace measured yet: the plan itself
+    assert staged[1].planned_left_s == pytest.approx(2.0 * sum(planned[1:]))  # twice as slow as planned so far
+    assert all(e.planned_left_s is None for e in seen if e.rows == 0)  # a procedure: not planned
+
+
 def test_stagings_are_ordered_to_spare_hatch_moves():
     steps = tuple(Step(f"hatch {h}", (("hatch", float(h)),), ("pressure_upwind",)) for h in (45, 0, 40, 5))
     d = Declaration(key="test.hatch", chamber="wt", unit="Pa", steps=steps, evaluate=lambda e: None,

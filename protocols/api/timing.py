@@ -19,11 +19,8 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from protocols.claims import Claim
-from protocols.planner import PlanItem, change_seconds, plan
+from protocols.planner import NOMINAL_ROW_S, PlanItem, change_seconds, plan
 from protocols.registry import declared_protocol
-
-NOMINAL_ROW_S: Mapping[str, float] = {"wt": 1.0 / 7.0, "lt": 1.0 / 12.0}
-"""The real boards' pace: the wind tunnel reads about 7 rows/s, the light tunnel 12 (simulator/params.py)."""
 CAMERA_ROW_S = 1.5
 """A row in a camera configuration also waits for its picture (the firmware's take_picture)."""
 
