@@ -110,8 +110,8 @@ def show(args: Args, data: dict[str, Any], render: Callable[[dict[str, Any]], st
 
 
 def say(message: str) -> None:
-    """Progress lines go to stderr so that stdout stays machine-readable with --json."""
-    sys.stderr.write(message + "\n")
+    """Progress lines go to stderr (stdout stays one JSON object with --json), fitted to a terminal's width."""
+    sys.stderr.write(lib("firmware_bridge.progress_line").fitted(message, sys.stderr) + "\n")
     sys.stderr.flush()
 
 
@@ -263,7 +263,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--port", action="append", metavar="URL", help="real chamber(s) instead of the emulated boards "
                 "(repeat for wind + light tunnel; lab+http://HOST:PORT/v0/CHAMBER_ID: a Remote Lab chamber)"),
             LAB_CREDENTIALS, "runs-dir", "claim-ids", rows, "fleet",
-            opt("--model", default="scripted:reader", help="agent model (default scripted:reader, offline)"),
+            opt("--model", help="agent model (default scripted:reader, offline; a model named must run)"),
             opt("--resume", type=Path, help="resume this run directory (finished cells kept)"),
             opt("--new", **flag, help="start a new run even if the last one was interrupted (default: resume it)"),
             opt("--seed", type=SEED, default=0, help="seed of the emulated boards"),

@@ -45,16 +45,18 @@ log = logging.getLogger(__name__)
 
 def model_label(spec: str) -> str:
     """A model's short name in cell ids: the model after `#` for openai-compat:<base_url>#<model>, else the spec
-    without its `?options` (scripted:reader, claude-…, openai:<model>). The full spec stays in the record's
-    run_start config (endpoint, options) and in the index's model column."""
-    from agent.models import ModelSpecError, parse_model_spec
+    without its `?options` (scripted:reader, claude-…, openai:<model>); `+text` after it when the spec carries
+    tool calls as text (`?tools=text`), so a text run and a native run of one model never share cell ids. The
+    full spec stays in the record's run_start config (endpoint, options) and in the index's model column."""
+    from agent.models import ModelSpecError, parse_model_spec, split_model_options
 
     base = spec.split("?", 1)[0].strip()
     try:
         kind, model, _ = parse_model_spec(base)
+        text = split_model_options(spec)[1].get("tools") == "text"
     except ModelSpecError:  # a hand-built client's name: itself
         return base
-    return model if kind == "openai-compat" else base
+    return (model if kind == "openai-compat" else base) + ("+text" if text else "")
 
 
 def model_labels(models: Sequence[str]) -> dict[str, str]:

@@ -7,7 +7,10 @@ was skipped. Every way a run can end — end_turn without a submit, max_tokens, 
 overflow, timeouts, HTTP errors, budgets — becomes an explicit `run_end` outcome, and only "submitted" means the
 model delivered its answer through the tool; nothing here scores it. A reply that shows a serving-stack fault
 instead (a tool call written as text, a tool-call token repeated to the output limit, neither a call nor an
-answer: agent/models/text_calls.py) ends the run under that outcome; a call found in text is never executed.
+answer: agent/models/text_calls.py) ends the run under that outcome; a call found in text is never executed —
+unless the client carries calls as text by design (the text tool protocol, agent/models/text_protocol.py: the
+tools described in the prompt, the calls parsed from the reply); each recorded call names the protocol that
+carried it, and run_start's config the cell's protocol.
 A datasheet that cannot be read (damaged, encrypted, image only: agent.datasheet's DocumentUnreadable) is not the
 model's doing either: the run ends `document_unreadable` with the reason, before the model is asked when the
 surface's DOCUMENT_PROBE says so, else as soon as a tool (or the single-pass request) meets it.
@@ -38,6 +41,7 @@ from agent.models.base import (
     one_line,
 )
 from agent.models.text_calls import ReplyFault, classify_reply
+from agent.models.text_protocol import tool_protocol_of
 from agent.prompt import (
     SUBMIT_CHAMBER_OUTCOME,
     SUBMIT_EXTRACTION,
@@ -336,7 +340,8 @@ class _Cell:
                                     latency_ms=(self.clock() - t0) * 1000.0))
             self.reply_fault = None if turn.message.tool_calls else classify_reply(
                 turn.message.text, turn.stop_reason, [t.name for t in self.offered], phase=self.phase,
-                has_reasoning=any(isinstance(b, ReasoningBlock) and b.text for b in turn.message.blocks))
+                has_reasoning=any(isinstance(b, ReasoningBlock) and b.text for b in turn.message.blocks),
+                protocol=turn.tool_protocol)
             self._record_turn(turn, attempts, errors)
             self._add_usage(turn)
             return turn
@@ -367,8 +372,11 @@ class _Cell:
                 upstream_stop_reason=turn.upstream_stop_reason, usage=turn.usage, response_id=turn.response_id,
                 response_model=turn.response_model, text=turn.message.text,
                 reasoning="\n".join(b.text for b in turn.message.blocks if isinstance(b, ReasoningBlock)),
-                tool_calls=[{"id": c.id, "name": c.name} for c in turn.message.tool_calls],
-                text_tool_calls=[c.to_json() for c in self.reply_fault.calls] if self.reply_fault else [],
+                # each call says which protocol carried it: the API's own tool calls or text the client parsed
+                tool_calls=[{"id": c.id, "name": c.name, "protocol": turn.tool_protocol}
+                            for c in turn.message.tool_calls],
+                text_tool_calls=[{**c.to_json(), "protocol": turn.tool_protocol}
+                                 for c in self.reply_fault.calls] if self.reply_fault else [],
             )
         else:
             fields = dict(stop_reason=None)
@@ -536,6 +544,7 @@ def run_cell(
               "model_options": dict(model.options),
               "model_endpoint": model.base_url,
               "model_spec": model_spec,  # the --model string as given (scoring groups by it)
+              "tool_protocol": tool_protocol_of(model),  # native | text (agent/models/text_protocol.py)
               "phase_two": "enabled" if chamber is not None else "skipped"}
     with RecordWriter(Path(record_dir), run_id, clock) as writer:
         cell = _Cell(claim, model, tools, surface_version or "unversioned", writer, chamber, budget, clock, sleep,

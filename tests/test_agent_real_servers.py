@@ -124,7 +124,7 @@ def test_a_tool_call_written_as_text_is_its_own_outcome_never_run(style, form, c
     assert not _kinds(events, "tool_call") and len(requests) == 1  # nothing executed, no second turn
     turn = _kinds(events, "model_turn")[0]
     assert "build_datasheet" in turn.text  # the text is kept
-    assert turn.text_tool_calls == [{"name": "build_datasheet", "arguments": {}, "form": form}]
+    assert turn.text_tool_calls == [{"name": "build_datasheet", "arguments": {}, "form": form, "protocol": "native"}]
     end = _kinds(events, "run_end")[0]
     assert end.outcome == TOOL_CALL_AS_TEXT and LIKELY_CAUSE in end.detail and "\n" not in end.detail
     assert "--tool-call-parser" in end.detail and "llama.cpp --jinja" in end.detail

@@ -195,3 +195,7 @@ def test_a_failed_preflight_stops_the_matrix_before_any_cell(tmp_path, capsys):
     assert r.code == 2 and err["type"] == "PreflightFailed", r.out
     assert "probe" in err["message"] and str(out / "preflight" / "qwen") in err["message"]
     assert not (out / "cells").exists() and list((out / "preflight" / "qwen").rglob("*"))
+    # one short line: the probes grouped by cause, each fix once (issue 33: ~1,000 characters, the fix twice)
+    message = err["message"]
+    assert "tool_calls, second_tool_call, large_tool_schema: tool calls come back as text (no parser)" in message
+    assert message.count("--tool-protocol text") == 1 and "images=false" in message and len(message) < 700

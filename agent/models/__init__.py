@@ -5,7 +5,9 @@ Model strings: `scripted:<policy>` (offline, in process), `openai:<model>` (Resp
 string is refused as an unknown spec (not sent to Anthropic, whose key would be asked for first).
 Any of them may end in `?option=value&...` (model options, so that a matrix can give each model its own):
 `thinking=<budget tokens>|off`, `effort=low|medium|high|...`, `max_output_tokens=<n>`, `images=false`,
-`temperature=<0..2>` (chat completions only: sent as the request's `temperature`), and
+`temperature=<0..2>` (chat completions only: sent as the request's `temperature`), `tools=text|native` (how tool
+calls travel: `text` describes the tools in the prompt in the model family's format and parses calls from the
+reply, agent/models/text_protocol.py; `native`, the default, uses the API's own tool calls), and
 `extra.<dotted.key>=<JSON value>` for chat-completions `extra_body` (e.g.
 `extra.chat_template_kwargs.enable_thinking=false` for Qwen3 on vLLM). `with_model_options` writes options into a
 spec (under the spec's own: the spec wins), so a matrix's flags and each model's `?...` make one spec string.
@@ -55,7 +57,7 @@ ANTHROPIC_PREFIX = "claude"
 EXPECTED_SPECS = "scripted:<policy>, claude-…, openai:<model> or openai-compat:<base_url>#<model>"
 
 
-_OPTION_KEYS = ("thinking", "effort", "max_output_tokens", "images", "temperature")
+_OPTION_KEYS = ("thinking", "effort", "max_output_tokens", "images", "temperature", "tools")
 
 
 def split_model_options(spec: str) -> tuple[str, dict[str, Any]]:
@@ -98,6 +100,10 @@ def split_model_options(spec: str) -> tuple[str, dict[str, Any]]:
             options["images"] = value == "true"
         elif key == "temperature":
             options["temperature"] = _temperature(value)
+        elif key == "tools":
+            if value not in ("text", "native"):
+                raise ModelSpecError(f"tools={value!r}: expected text or native (how tool calls travel)")
+            options["tools"] = value
         else:
             raise ModelSpecError(f"unknown model option {key!r} in {spec!r}; known: "
                                  f"{', '.join(_OPTION_KEYS)}, extra.<key>")
@@ -190,6 +196,13 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
     base, spec_options = split_model_options(spec)
     kind, model, base_url = parse_model_spec(base)
     options = {**spec_options, **dict(options or {})}
+    if options.get("tools") == "text" and kind != "scripted":
+        from agent.models.text_protocol import TextToolClient
+
+        inner = client_for(base, env, http=http, options={k: v for k, v in options.items() if k != "tools"})
+        return TextToolClient(inner)
+    if kind != "scripted":
+        options.pop("tools", None)  # native: the API's own tool calls, as without the option
     if kind == "scripted":
         from agent.models.scripted import ScriptedModel, policy_named
 
@@ -232,9 +245,9 @@ def client_for(spec: str, env: Mapping[str, str], *, http: httpx.Client | None =
 
 
 _ALLOWED = {
-    "anthropic": {"thinking", "effort", "max_output_tokens"},
-    "openai": {"effort", "reasoning", "max_output_tokens"},
-    "openai-compat": {"effort", "thinking", "max_output_tokens", "images", "extra_body", "temperature"},
+    "anthropic": {"thinking", "effort", "max_output_tokens", "tools"},
+    "openai": {"effort", "reasoning", "max_output_tokens", "tools"},
+    "openai-compat": {"effort", "thinking", "max_output_tokens", "images", "extra_body", "temperature", "tools"},
 }
 _WHY_NOT = {"temperature": "this client sends no sampling options (the provider's default applies); set it through "
                            "a chat-completions endpoint instead (openai-compat:<base_url>#<model>)"}

@@ -145,6 +145,8 @@ def to_anthropic_request(request: ModelRequest, model: str) -> dict[str, Any]:
     if request.tools:
         body["tools"] = to_anthropic_tools(request.tools)
         body["tool_choice"] = to_anthropic_tool_choice(request.tool_choice)
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
     return body
 
 

@@ -127,6 +127,7 @@ class ModelRequest:
     max_tokens: int = 4096
     timeout_s: float | None = None
     task: ClaimView | None = None
+    stop: tuple[str, ...] = ()  # stop sequences (the text tool protocol stops after a call's closing tag)
 
 
 def reported_int(value: Any) -> int | None:
@@ -154,6 +155,7 @@ class ModelTurn:
     response_model: str | None = None
     response_id: str | None = None  # the provider's own id of this response: msg_…, resp_…, chatcmpl-…
     upstream_stop_reason: str | None = None  # a gateway's pass-through of the upstream provider's stop reason
+    tool_protocol: str = "native"  # what carried this turn's tool calls: the API's own (native) or text
 
 
 class ModelError(Exception):
@@ -343,6 +345,9 @@ class ModelClient(Protocol):
     options: Mapping[str, Any] = MappingProxyType({})
     base_url: str | None = None
     accepts_pdf: bool = False  # reads a whole PDF in a user message (DocumentBlock) itself
+    # How tool calls travel: the API's own tool calls ("native") or text in the model's format, parsed by the
+    # client (agent/models/text_protocol.py, "text").
+    tool_protocol: str = "native"
 
 
     def complete(self, request: ModelRequest) -> ModelTurn: ...

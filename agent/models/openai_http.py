@@ -434,6 +434,8 @@ class OpenAIChatClient:
             choice = request.tool_choice
             body["tool_choice"] = ({"type": "function", "function": {"name": choice["name"]}}
                                    if isinstance(choice, dict) else {"any": "required"}.get(choice, choice))
+        if request.stop:
+            body["stop"] = list(request.stop)
         body.update(self.extra_body)
         return body
 

@@ -62,6 +62,7 @@ class CellFacts:
     meta: dict[str, Any] = field(default_factory=dict)
     record: str | None = None
     spec: str = ""  # the full model spec (endpoint, model, options: recorded_spec); "" = the model alone
+    tool_protocol: str = "native"  # how tool calls travelled: the API's own (native) or text parsed by the client
 
     @property
     def model_spec(self) -> str:
@@ -116,7 +117,7 @@ def recorded_spec(start: RunStart) -> str:
     itself (`model_spec`), the same string the run index holds: that is used; the rest is for older records."""
     config = start.config or {}
     if config.get("model_spec"):
-        return str(config["model_spec"])
+        return _with_protocol(str(config["model_spec"]), config.get("tool_protocol"))
     endpoint = config.get("model_endpoint")
     spec = f"{start.provider}:{endpoint}#{start.model}" if endpoint else start.model
     pairs: list[str] = []
@@ -131,7 +132,25 @@ def recorded_spec(start: RunStart) -> str:
     options = config.get("model_options") or {}
     for key in sorted(options):
         flat(str(key), options[key])
-    return spec + ("?" + "&".join(pairs) if pairs else "")
+    return _with_protocol(spec + ("?" + "&".join(pairs) if pairs else ""), config.get("tool_protocol"))
+
+
+def _with_protocol(spec: str, protocol: Any) -> str:
+    """`spec` naming the text tool protocol when the cell used it and the spec does not say so (a hand-built
+    client's cell): text runs are grouped and scored apart from native ones of the same model."""
+    if protocol != "text" or re.search(r"[?&]tools=", spec):
+        return spec
+    return spec + ("&" if "?" in spec else "?") + "tools=text"
+
+
+def recorded_protocol(start: RunStart, turns: list[Any]) -> str:
+    """The cell's tool protocol: run_start's config, else what its turns' calls say, else native (older
+    records, which predate the text protocol)."""
+    protocol = (start.config or {}).get("tool_protocol")
+    if protocol:
+        return str(protocol)
+    said = {c.get("protocol") for t in turns for c in t.tool_calls if c.get("protocol")}
+    return "text" if said == {"text"} else "native"
 
 
 def facts_from_events(events: list[Any], record: Path | None = None) -> CellFacts:
@@ -170,7 +189,7 @@ def facts_from_events(events: list[Any], record: Path | None = None) -> CellFact
         model_latency_s=sum(t.latency_ms for t in turns) / 1000.0, turns=len(turns),
         chamber_verdict=chamber_verdict, record=str(record) if record else None,
         meta={"datasheet": start.datasheet, "tool_surface": start.tool_surface.model_dump()},
-        spec=recorded_spec(start),
+        spec=recorded_spec(start), tool_protocol=recorded_protocol(start, turns),
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from agent.cell_runner import (CellDone, CellIndex, PlannedCell, model_labels, plan_cells, report_json, run_cells,
                                score_run)
+from agent.models.base import one_line
 
 MatrixCell = PlannedCell  # one cell of the matrix: claim, model, arm, repeat (cell_id / run_id follow from them)
 plan = plan_cells
@@ -80,13 +81,23 @@ def preflight_models(specs: Sequence[str], labels: Mapping[str, str], out: Path,
 
 
 def _preflight_failure(spec: str, report: Any, folder: Path) -> str:
-    """One line: each failed probe the run needs with its finding and evidence file, the fixes once each."""
+    """One line: the failed probes the run needs grouped by cause (a few words each), each fix once (the text
+    tool protocol once for every cause it answers, when doctor recommends it), the evidence folder."""
+    from agent.doctor import NATIVE_BROKEN
+    from agent.models.serving import SUMMARY
+
     failed = [p for p in report.probes if p.name in set(report.failed_needed)]
-    named = "; ".join(f"probe {p.name} failed: {p.finding} (evidence {p.evidence or folder})" for p in failed)
-    fixes = "; ".join(dict.fromkeys(p.fix for p in failed if p.fix))
-    return (f"preflight of {spec} failed, no cell run: {named or 'a needed probe failed'}"
-            + (f". Likely fix: {fixes}" if fixes else "")
-            + f". See `chamberlab doctor --model '{spec}'`; --no-preflight runs the matrix anyway")
+    by_cause: dict[str, list[str]] = {}
+    for p in failed:
+        by_cause.setdefault(SUMMARY.get(p.cause or "", one_line(p.finding, 100)), []).append(p.name)
+    found = "; ".join(f"{', '.join(names)}: {what}" for what, names in by_cause.items()) or "a needed probe failed"
+    recommended = getattr(report, "recommendation", None)
+    fixes = dict.fromkeys("--tool-protocol text (?tools=text)" if recommended and p.cause in NATIVE_BROKEN else p.fix
+                          for p in failed if p.fix)
+    return (f"preflight of {spec} failed, no cell run: {found}"
+            + (f". Fix: {'; '.join(fixes)}" if fixes else "")
+            + f". Evidence in {folder}; `chamberlab doctor --model '{spec}'` explains each probe; --no-preflight "
+              "runs the matrix anyway")
 
 
 def run_matrix(cells: list[PlannedCell], *, out: Path, concurrency: int = 2, progress: Any = None,
@@ -146,10 +157,11 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
                claim_sources: Sequence[str | Path] = (), thinking: str | None = None, effort: str | None = None,
                max_output_tokens: int | None = None, extra_body: str | None = None,
                temperature: float | None = None, preflight: bool | None = None,
-               progress: Any = None) -> dict[str, Any]:
+               progress: Any = None, tool_protocol: str = "native") -> dict[str, Any]:
     """Check the request (the --out folder, ids, arms, every model's spec with the option flags and its key, the
-    datasheet folder) before any cell runs, preflight each model's endpoint (`preflight`: None = on for every
-    model but scripted:*), record the claim pool in `out/claim_pool.json` (with `claim_sources`, the files it
+    datasheet folder) before any cell runs (`tool_protocol` text: every model but scripted:* carries its tool calls
+    as text, `?tools=text`, unless its spec says otherwise), preflight each model's endpoint (`preflight`: None = on
+    for every model but scripted:*), record the claim pool in `out/claim_pool.json` (with `claim_sources`, the files it
     came from), run the plan into `out` with its index, score it into `out/scores.json` and the index rows; the
     run's counts, the scores' summary (stability in words) and (with `inspect_log`) one inspect-ai eval log per
     model. `progress`: the cells' progress line (firmware_bridge.progress_line.ProgressLine), else a line per
@@ -168,6 +180,8 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
                             extra_body=extra_body)
     if temperature is not None:
         options["temperature"] = temperature
+    if tool_protocol == "text":  # native is every spec's default: left unwritten, so native specs keep their text
+        options["tools"] = "text"
     models = model_specs(models, options)
     for m in models:  # fail before any cell runs when a key is missing or an option does not apply
         client_for(m, os.environ)
@@ -210,16 +224,20 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
     return data
 
 
-def matrix_text(d: Mapping[str, Any]) -> str:
+def matrix_text(d: Mapping[str, Any], width: Any = "terminal") -> str:
+    """The matrix's counts, failures, stability and scores; on a terminal each line fits its width (broken between
+    "key value" parts, firmware_bridge.progress_line), piped whole lines."""
     from agent.scoring.offline import flagged_text
+    from firmware_bridge.progress_line import fit_line, wrap_parts
 
     run = d["run"]
-    counts = ", ".join(f"{k} {v}" for k, v in run.items() if k not in ("failures", "engine_errors"))
-    lines = [f"cells: {counts}"]
+    lines = wrap_parts([f"{k} {v}" for k, v in run.items() if k not in ("failures", "engine_errors")], width,
+                       head="cells: ")
     for key in ("failures", "engine_errors"):
         if run.get(key):
-            lines.append(f"{key.replace('_', ' ')}: {', '.join(map(str, run[key]))}")
+            lines += wrap_parts([str(x) for x in run[key]], width, head=f"{key.replace('_', ' ')}: ")
     for group, text in (d["summary"].get("stability_text") or {}).items():
-        lines.append(f"{group}: {text}")
-    lines.append(f"scores: {d['out']}/scores.json; flagged {flagged_text(d['summary']['flagged'])}")
+        lines += fit_line(f"{group}: {text}", width)
+    lines += wrap_parts([f"{d['out']}/scores.json", f"flagged {flagged_text(d['summary']['flagged'])}"], width,
+                        head="scores: ", sep="; ")
     return "\n".join(lines)

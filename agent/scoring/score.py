@@ -52,7 +52,8 @@ class _Inputs:
 
 
 def model_group(row: dict[str, Any]) -> str:
-    """What a scored cell is grouped by: its full model spec (endpoint and options), else the model name."""
+    """What a scored cell is grouped by: its full model spec (endpoint and options, the tool protocol among them:
+    a text-protocol run is never pooled with a native one), else the model name."""
     return str(row.get("model_spec") or row["model"])
 
 def _collect(paths: Iterable[Path]) -> _Inputs:
@@ -163,7 +164,7 @@ def score_cell(facts: CellFacts, claim: Any, *, searcher: DatasheetSearcher | No
     attr = attribute(facts, fidelity_passed=passed, condition_omitted=omitted, verdict=verdict)
     row: dict[str, Any] = {
         "run_id": facts.run_id, "claim_id": facts.claim_id, "model": facts.model, "model_spec": facts.model_spec,
-        "arm": facts.arm,
+        "tool_protocol": facts.tool_protocol, "arm": facts.arm,
         "repeat": facts.repeat, "source": facts.source, "outcome": facts.outcome, "role": facts.role or None,
         "fidelity": fidelity, "flags": det.flags, "detector": det.to_json(), "attribution": attr.labels,
         "attribution_detail": attr.to_json(), "tool_calls_by_tool": facts.tool_counts(),
