@@ -381,9 +381,11 @@ class _Cell:
         else:
             fields = dict(stop_reason=None)
         last = attempts[-1] if attempts else Attempt(latency_ms=0.0)
+        protocol = turn.tool_protocol if turn is not None else tool_protocol_of(self.model)
         self.writer.write(
             ModelTurnEvent, turn=self.turns, phase=self.phase, offered_tools=[s.name for s in self.offered],
-            tool_choice="auto", latency_ms=sum(a.latency_ms for a in attempts),
+            tool_choice="auto" if protocol == "native" else None, tool_protocol=protocol,
+            latency_ms=sum(a.latency_ms for a in attempts),
             retries=(len(attempts) - 1) + (turn.retries if turn is not None else 0), http_status=last.http_status,
             request_id=last.request_id, attempts=attempts, errors=errors, **fields,
         )

@@ -157,7 +157,9 @@ class ModelTurnEvent(_Event):
     turn: int = Field(ge=1)
     phase: Phase
     offered_tools: list[str]
-    tool_choice: Any
+    tool_choice: Any  # what the request carried (None: no tools field was sent, the text protocol)
+    tool_protocol: Literal["native", "text"] | None = None  # what carried this turn's tool calls (None: a record
+    # written before issue 33)
     stop_reason: str | None  # normalised; None when no attempt produced a turn
     raw_stop_reason: str | None = None  # exactly as the wire said (finish_reason, stop_reason, status/reason)
     upstream_stop_reason: str | None = None  # what a gateway (LiteLLM) passed through from the upstream provider

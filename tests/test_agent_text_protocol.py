@@ -171,6 +171,7 @@ def test_a_cell_submits_with_the_text_protocol_where_native_calls_cannot_work(cl
     assert result.outcome == "submitted" and result.extraction is not None, result.detail
     turns = [e for e in events if e.kind == "model_turn"]
     assert len(turns) > 2 and all(c["protocol"] == "text" for t in turns for c in t.tool_calls)
+    assert all(t.tool_protocol == "text" and t.tool_choice is None for t in turns)  # every turn, calls or none
     assert all(t.tool_calls for t in turns)  # every turn carried a call, and said how
     assert events[0].config["tool_protocol"] == "text"
     assert not any(b.get("tools") or b.get("tool_choice") for b in requests)  # nothing for a parser to miss
@@ -186,6 +187,7 @@ def test_native_calls_on_the_held_out_server_still_end_as_the_serving_stacks_fau
     assert result.outcome == "tool_call_as_text" and "--tool-protocol text" in result.detail
     turns = [e for e in events if e.kind == "model_turn"]
     assert turns[0].tool_calls[0]["protocol"] == "native" and turns[-1].text_tool_calls[0]["protocol"] == "native"
+    assert all(t.tool_protocol == "native" and t.tool_choice == "auto" for t in turns)
     assert events[0].config["tool_protocol"] == "native"
     labels = attribute(facts_from_events(events, result.record), fidelity_passed=False)
     assert labels.to_json()["charged_to"] == ["serving_stack"]
