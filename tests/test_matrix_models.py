@@ -108,7 +108,7 @@ def test_score_groups_two_specs_of_one_model_name_apart(claims, datasheets, tmp_
     assert {r["model"] for r in scores["cells"]} == {"qwen2.5-coder-1.5b"}  # one model name ...
     groups = scores["summary"]["stability"]
     assert sorted(groups) == [f"{cold}|normal", f"{warm}|normal"]  # ... two specs, as given and recorded
-    assert all(g == {"claims": 1, "stable": 1, "flipped": [], "repeats": 2} for g in groups.values())
+    assert all(g == {"claims": 1, "stable": 1, "flipped": [], "repeats": 2, "fewer": 0} for g in groups.values())
 
 
 # ------------------------------------------------------------------------------------------------ stability
@@ -123,9 +123,10 @@ def test_stability_counts_only_claims_with_two_submitted_repeats_and_says_how_ma
             _row("a", "c3", 1), _row("a", "c3", 2, "engine_error"),  # one submitted repeat: not stable, not flipped
             _row("a", "c4", 1, "end_turn_without_submit"), _row("a", "c4", 2, "timeout"),
             _row("b", "c1", 1, "engine_error"), _row("b", "c1", 2, "engine_error")]
-    assert stability(rows) == {"a|normal": {"claims": 2, "stable": 1, "flipped": ["c2"], "repeats": 2},
-                               "b|normal": {"claims": 0, "stable": 0, "flipped": [], "repeats": 0}}
-    assert stability_text(rows) == {
+    groups = stability(rows)
+    assert groups == {"a|normal": {"claims": 2, "stable": 1, "flipped": ["c2"], "repeats": 2, "fewer": 2},
+                      "b|normal": {"claims": 0, "stable": 0, "flipped": [], "repeats": 0, "fewer": 1}}
+    assert stability_text(groups) == {
         "a|normal": "stable: 1 of 2 claims with >= 2 submitted repeats; 2 claims had fewer",
         "b|normal": "stable: 0 of 0 claims with >= 2 submitted repeats; 1 claim had fewer"}
 

@@ -261,7 +261,7 @@ def test_score_paths_over_a_folder_of_records_with_prices(tmp_path):
     assert rows["x--hand-built--normal--r2"]["fidelity"]["passed"] is False
     assert math.isclose(rows["x--hand-built--normal--r1"]["cost"], (100 * 1 + 10 * 2) / 1e6)
     stab = out["summary"]["stability"]["hand-built|normal"]
-    assert stab == {"claims": 1, "stable": 0, "flipped": ["acs70331-bandwidth"], "repeats": 2}
+    assert stab == {"claims": 1, "stable": 0, "flipped": ["acs70331-bandwidth"], "repeats": 2, "fewer": 0}
     assert out["summary"]["flagged"]["count"] == 0 and out["summary"]["flagged"]["n"] == 1
 
 

@@ -191,28 +191,24 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Run-to-run stability per full model spec (endpoint and options) and arm: of the claims with at least two
     submitted repeats, those whose fidelity verdict is the same in every submitted repeat. A repeat that ended in
     an engine error, a timeout or without a submission says nothing about stability and is not counted; a claim
-    left with fewer than two submitted repeats is counted apart (stability_text says how many)."""
-    groups = _stability_groups(rows)
-    out = {}
-    for key, claims in groups.items():
-        multi = {c: v for c, v in claims.items() if len(v) >= STABILITY_MIN_REPEATS}
-        flipped = sorted(c for c, v in multi.items() if len(set(v)) > 1)
-        out[key] = {"claims": len(multi), "stable": len(multi) - len(flipped), "flipped": flipped,
-                    "repeats": max((len(v) for v in multi.values()), default=0)}
-    return out
-
-
-def stability_text(rows: list[dict[str, Any]]) -> dict[str, str]:
-    """stability() in words, per group: 'stable: 3 of 3 claims with >= 2 submitted repeats; 2 claims had
-    fewer'."""
+    left with fewer than two submitted repeats is counted apart (`fewer`; stability_text says it in words)."""
     out = {}
     for key, claims in _stability_groups(rows).items():
         multi = {c: v for c, v in claims.items() if len(v) >= STABILITY_MIN_REPEATS}
-        stable = sum(1 for v in multi.values() if len(set(v)) == 1)
-        fewer = len(claims) - len(multi)
-        out[key] = (f"stable: {stable} of {len(multi)} claim{'s' * (len(multi) != 1)} with >= "
-                    f"{STABILITY_MIN_REPEATS} submitted repeats; "
-                    + (f"{fewer} claim{'s' * (fewer != 1)} had fewer" if fewer else "none had fewer"))
+        flipped = sorted(c for c, v in multi.items() if len(set(v)) > 1)
+        out[key] = {"claims": len(multi), "stable": len(multi) - len(flipped), "flipped": flipped,
+                    "repeats": max((len(v) for v in multi.values()), default=0), "fewer": len(claims) - len(multi)}
+    return out
+
+
+def stability_text(groups: dict[str, Any]) -> dict[str, str]:
+    """stability()'s figures in words, per group (the groups are made once, by stability): 'stable: 3 of 3
+    claims with >= 2 submitted repeats; 2 claims had fewer'."""
+    out = {}
+    for key, g in groups.items():
+        n, fewer = g["claims"], g["fewer"]
+        out[key] = (f"stable: {g['stable']} of {n} claim{'s' * (n != 1)} with >= {STABILITY_MIN_REPEATS} submitted "
+                    "repeats; " + (f"{fewer} claim{'s' * (fewer != 1)} had fewer" if fewer else "none had fewer"))
     return out
 
 
@@ -249,8 +245,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cost_total": sum(costs) if costs else None,
         "cost_per_cell_mean": sum(costs) / len(costs) if costs else None,
         "latency_per_cell_mean_s": sum(lat) / len(lat) if lat else None,
-        "stability": stability(rows),
-        "stability_text": stability_text(rows),
+        "stability": (groups := stability(rows)),
+        "stability_text": stability_text(groups),  # the same groups, in words
     }
 
 
