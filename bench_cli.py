@@ -376,9 +376,7 @@ def commands() -> list[tuple[str, str, Callable[[Args], int], list[Any]]]:
             opt("--mirror", help="folder or URL holding the files (DPS310.pdf or upstream barometer.pdf)")]),
         ("extract", "run the instrumented agent on one claim and write its dispatch record",
          job("agent.extract_job:extract_job", "extract_text", lambda d: done(d, incomplete=d["outcome"] != "submitted"),
-             claims=claims, datasheets_dir=sheets, model=lambda a: lib("agent.models").with_model_options(
-                 a.model, {**({} if a.temperature is None else {"temperature": a.temperature}),
-                           **({"tools": "text"} if a.tool_protocol == "text" else {})})), [
+             claims=claims, datasheets_dir=sheets), [
             claim_id, "claims", "phase-two", opt("--model", required=True, help="scripted:<policy> | <anthropic "
                                                  "model id> | openai:<model> | openai-compat:<base_url>#<model>"),
             opt("--datasheet", type=Path, help="PDF (default: the claim's datasheet in shared/)"),

@@ -28,13 +28,18 @@ class ModelOptionError(ValueError):
     """A model option that is not what it must be (--extra-body not a JSON object)."""
 
 
-def model_options(*, thinking: str | None, effort: str | None, max_output_tokens: int | None,
-                  extra_body: str | None) -> dict[str, Any]:
-    """--thinking/--effort/--max-output-tokens/--extra-body as model options (the same as a spec's `?...`)."""
+def model_options(*, thinking: str | None = None, effort: str | None = None, max_output_tokens: int | None = None,
+                  extra_body: str | None = None, temperature: float | None = None,
+                  tool_protocol: str = "native") -> dict[str, Any]:
+    """The option flags (--thinking, --effort, --max-output-tokens, --extra-body, --temperature, --tool-protocol)
+    as model options, the same as a spec's `?...` (agent.models.with_model_options writes them into the spec: the
+    one way any option reaches a model, for extract and matrix alike). Native tool calls are every spec's default,
+    left unwritten so that a native spec keeps its text."""
     from agent.models import split_model_options
 
     query = [f"{k}={v}" for k, v in (("thinking", thinking), ("effort", effort),
-                                     ("max_output_tokens", max_output_tokens)) if v]
+                                     ("max_output_tokens", max_output_tokens), ("temperature", temperature),
+                                     ("tools", "text" if tool_protocol == "text" else None)) if v is not None]
     options = split_model_options("x?" + "&".join(query))[1] if query else {}
     if extra_body:
         try:
@@ -69,17 +74,19 @@ def extract_job(claim_id: str, *, model: str, claims: Mapping[str, Claim], datas
                 chamber_token_file: Path | None, max_turns: int, max_tokens: int | None, wall_s: float,
                 otlp: Path | None, otlp_endpoint: str | None, inspect_log: Path | None, thinking: str | None = None,
                 effort: str | None = None, max_output_tokens: int | None = None, extra_body: str | None = None,
+                temperature: float | None = None, tool_protocol: str = "native",
                 say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    """Run the claim's cell (model spec `model`, with the thinking/effort/max_output_tokens/extra_body options)
-    into `record` and export it as asked; the options, the model spec and its key are checked first."""
+    """Run the claim's cell (model spec `model`, with the option flags written into it: model_options) into
+    `record` and export it as asked; the options, the model spec and its key are checked first."""
     from agent.cell_runner import PlannedCell, next_repeat, run_cells
     from agent.loop import Budget
-    from agent.models import client_for
+    from agent.models import client_for, full_spec
     from protocols.claims import get_claim
 
-    options = model_options(thinking=thinking, effort=effort, max_output_tokens=max_output_tokens,
-                            extra_body=extra_body)
-    model_spec, client = model, client_for(model, os.environ, options=options)  # spec and key before any work
+    model_spec = full_spec(model, model_options(
+        thinking=thinking, effort=effort, max_output_tokens=max_output_tokens, extra_body=extra_body,
+        temperature=temperature, tool_protocol=tool_protocol))
+    client = client_for(model_spec, os.environ)  # spec and key before any work
     claim = get_claim(claim_id, claims)
     pdf = datasheet or datasheets_dir / claim.identity.filename
     if not pdf.exists():

@@ -163,6 +163,20 @@ def with_model_options(spec: str, options: Mapping[str, Any] | None) -> str:
     return base + "?" + "&".join(f"{k}={quote(v, safe=':[]{}')}" for k, v in _query(merged))
 
 
+def full_spec(spec: str, options: Mapping[str, Any] | None) -> str:
+    """A model's spec with the option flags written in (with_model_options), as a run records it and groups by it;
+    a scripted model runs in process and takes no options: it keeps its spec."""
+    return spec.strip() if is_scripted(spec) else with_model_options(spec, options)
+
+
+def is_scripted(spec: str) -> bool:
+    """A scripted model (in process, no endpoint to check): as parse_model_spec reads the spec."""
+    try:
+        return parse_model_spec(split_model_options(spec)[0])[0] == "scripted"
+    except ValueError:  # an unknown spec: refused where it is used, with its own message
+        return False
+
+
 def parse_model_spec(spec: str) -> tuple[str, str, str | None]:
     """`--model` string → (kind, model, base_url). kind ∈ scripted | openai | openai-compat | anthropic.
     Model options (`?...`) are not part of it: see split_model_options."""

@@ -40,22 +40,12 @@ class PreflightFailed(MatrixRefused):
     """A model's endpoint failed a preflight probe the run depends on: no cell was run."""
 
 
-def is_scripted(spec: str) -> bool:
-    """A scripted model (in process, no endpoint to check): as parse_model_spec reads the spec."""
-    from agent.models import parse_model_spec, split_model_options
-
-    try:
-        return parse_model_spec(split_model_options(spec)[0])[0] == "scripted"
-    except ValueError:  # an unknown spec: refused where the cells are planned, with its own message
-        return False
-
-
 def model_specs(models: Sequence[str], options: Mapping[str, Any]) -> list[str]:
-    """Each model's full spec: the flags' `options` written under its own `?...` (the spec wins). Scripted
-    models run in process and take no options: they keep their spec."""
-    from agent.models import with_model_options
+    """Each model's full spec: the flags' `options` written under its own `?...` (the spec wins; a scripted model
+    keeps its spec): agent.models.full_spec."""
+    from agent.models import full_spec
 
-    return [m.strip() if is_scripted(m) else with_model_options(m, options) for m in models]
+    return [full_spec(m, options) for m in models]
 
 
 def preflight_models(specs: Sequence[str], labels: Mapping[str, str], out: Path, say: Callable[[str], None],
@@ -64,6 +54,7 @@ def preflight_models(specs: Sequence[str], labels: Mapping[str, str], out: Path,
     `out/preflight/<label>/`, each probe request allowed `timeout_s`; raises PreflightFailed on the first model
     with a failed probe the run needs."""
     from agent import doctor
+    from agent.models import is_scripted
     from agent.scoring.cells import slug
 
     done: dict[str, Any] = {}
@@ -176,13 +167,9 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
     if out.exists() and not out.is_dir():
         raise MatrixRefused(f"--out {out} is a file; expected a folder (new or a run folder to resume)")
     ids = check_plan(claims, selected, arms)
-    options = model_options(thinking=thinking, effort=effort, max_output_tokens=max_output_tokens,
-                            extra_body=extra_body)
-    if temperature is not None:
-        options["temperature"] = temperature
-    if tool_protocol == "text":  # native is every spec's default: left unwritten, so native specs keep their text
-        options["tools"] = "text"
-    models = model_specs(models, options)
+    models = model_specs(models, model_options(thinking=thinking, effort=effort, max_output_tokens=max_output_tokens,
+                                               extra_body=extra_body, temperature=temperature,
+                                               tool_protocol=tool_protocol))
     for m in models:  # fail before any cell runs when a key is missing or an option does not apply
         client_for(m, os.environ)
     price_table = load_price_table(prices) if prices else None
