@@ -48,6 +48,21 @@ def split_claims_args(values: Sequence[str] | None) -> tuple[list[Path], list[st
     return paths, ids
 
 
+class ClaimSelectionError(ValueError):
+    """--claims named ids where the command takes only claim files or folders."""
+
+
+def command_claims(claims: Sequence[str] | None, *, ids: bool = False) -> dict[str, Claim]:
+    """The claims a command grades from its `--claims` values (split_claims_args), checked; no files given: the
+    one pool `run` grades (load_main_job_claims), so every command knows the same ids. Claim ids among the values
+    are a selection only where the command takes one (`ids`); elsewhere they are refused as missing paths."""
+    paths, selected = split_claims_args(claims)
+    if selected is not None and not ids:
+        raise ClaimSelectionError(f"--claims: expected a claim file or folder, got {', '.join(selected)} "
+                                  "(no such path)")
+    return load_main_job_claims(paths)
+
+
 CHAMBER_PARTS_DIR = Path(__file__).resolve().parent / "data" / "chamber_parts"
 """Claims on the chamber's other parts (fans, potentiometers, angle sensors, polarizer film): not the seed's 37."""
 

@@ -43,6 +43,27 @@ def check_port_free(host: str, port: int) -> None:
             raise PortInUse(f"port {port} on {host} is in use; try --listen-port 0 (any free port)") from None
 
 
+class ServeRefused(ValueError):
+    """A serve request refused before anything opens: a non-loopback bind without a token, a TCP port as --port."""
+
+
+def serve_token(host: str, token_file: Path | None, port: Sequence[str] | None) -> str | None:
+    """The bearer token serve enforces (protocols.api.resolve_token: a non-loopback bind needs one), refused
+    before anything opens; a bare number as --port (once serve's TCP port, a serial URL everywhere now) is named
+    with the way out."""
+    from protocols.api import TokenRequired, resolve_token
+
+    try:
+        token = resolve_token(host, token_file=token_file, environ=os.environ)
+    except TokenRequired as exc:
+        raise ServeRefused(str(exc)) from None
+    numbers = [p for p in port or () if p.isdigit()]
+    if numbers:
+        raise ServeRefused(f"--port: expected a serial URL (device path, pty, socket://host:port), got {numbers[0]}; "
+                           f"the TCP port to listen on is --listen-port {numbers[0]}")
+    return token
+
+
 def serve_job(selection: Any, *, host: str, listen_port: int, token: str | None, claims: Mapping[str, Any],
               limits: Path | str | None, record: Path, lease_timeout: float, lease_max_hold: float,
               max_sessions: int, session_idle: float, allowed_host: Sequence[str], verbose: bool,

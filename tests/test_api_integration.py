@@ -184,7 +184,7 @@ def test_cli_serve_refuses_a_non_loopback_bind_without_token(tmp_path):
     proc = _cli("serve", "--host", "0.0.0.0", "--listen-port", "0", "--record", str(tmp_path), "--json")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
-    assert json.loads(out)["error"]["type"] == "CliError" and "token" in json.loads(out)["error"]["message"]
+    assert json.loads(out)["error"]["type"] == "ServeRefused" and "token" in json.loads(out)["error"]["message"]
     assert list(tmp_path.iterdir()) == []
 
 

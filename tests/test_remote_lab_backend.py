@@ -260,7 +260,7 @@ def test_cli_passes_lab_credentials_to_the_selection(argv: list[str], target: st
 def test_port_help_names_the_lab_url_form() -> None:
     import bench_cli
 
-    for group in ("board", "lab"):
+    for group in ("board", "chambers"):
         helps = {flags[0]: kw.get("help", "") for flags, kw in bench_cli.OPTIONS[group]}
         assert "lab+http://HOST:PORT/v0/CHAMBER_ID" in helps["--port"] and "--lab-credentials" in helps
 

@@ -203,6 +203,10 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
                              {"cells": len(cells)})
     data: dict[str, Any] = {"run": run, "summary": scores["summary"], "out": str(out),
                             "models": labels, "preflight": checked}
+    short = {"failures": run.get("failures"), "engine_errors": run.get("engine_errors"),  # cells that are not
+             "document_unreadable": scores["summary"].get("document_unreadable")}  # results: exit code 1
+    if any(short.values()):
+        data["incomplete"] = {k: v for k, v in short.items() if v}
     if inspect_log:
         from agent.inspect_log import export_eval_logs
 
