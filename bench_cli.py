@@ -23,9 +23,8 @@ from importlib import import_module as lib  # a library module, imported when it
 from pathlib import Path
 from typing import Any, Callable
 
-from chamber.protocol_language import MAX_MSR_ROWS
 from firmware_bridge.error_text import one_line
-from firmware_bridge.variables import OSR_LEVELS
+from firmware_bridge.variables import MAX_MSR_ROWS, OSR_LEVELS
 from protocols.service_defaults import (DEFAULT_LEASE_TIMEOUT_S as LEASE, DEFAULT_MAX_HOLD_S as HOLD,
                                         DEFAULT_MAX_SESSIONS as SESSIONS, DEFAULT_SESSION_IDLE_S as IDLE)
 

@@ -29,6 +29,7 @@ from chamber.catalogue import VariableCatalogue
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.limits import ControllerUnbounded
 from firmware_bridge.model_file import ModelFileError, read_text_capped
+from firmware_bridge.variables import MAX_MSR_ROWS
 
 # The authors' regular expressions (control/messages.py), anchored the same way.
 _SET = re.compile(r"^SET,([a-z0-9_]*),(-?\d*\.?\d*|1/\d*)$")
@@ -41,8 +42,6 @@ PROTOCOL_MAX_BYTES = 16 << 20
 """A protocol file larger than this is refused before it is read: the longest public protocol is 384 KB (18,028
 lines, hours of measuring); 16 MiB is forty times that, and a file of that size still parses in about a second."""
 
-MAX_MSR_ROWS = 32767
-"""The firmware casts n to an AVR `int` (16 bits): a larger n would measure a different number of rows."""
 
 EXPECTED = {
     "SET": "SET,<variable>,<number> (variable: lower-case letters, digits, _; number: -?digits[.digits] or 1/digits)",

@@ -99,6 +99,10 @@ def describe_range(low: float | None, high: float | None) -> str:
     return f"{'-inf' if low is None else f'{low:g}'}..{'inf' if high is None else f'{high:g}'}"
 
 
+MAX_MSR_ROWS = 32767
+"""The most rows one MSR may ask for: the firmware casts n to an AVR `int` (16 bits), so a larger n would measure a
+different number of rows (the host's driver, protocol files and the CLI refuse it before anything is sent)."""
+
 OSR_LEVELS = (1, 2, 4, 8)
 """The oversampling rates the firmware accepts for every osr_* variable (the one copy: the simulator's noise
 table, the calibration record, the cross-sensor calibration and the precision protocol import it)."""
