@@ -29,10 +29,10 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -43,6 +43,8 @@ from calibration.records import record_from_calibration  # noqa: E402
 from protocols.claims import load_claims  # noqa: E402
 from protocols.runner import ProtocolContext, calibrate, check_claim, run_batch  # noqa: E402
 from protocols.sweep import sweep  # noqa: E402
+
+from board_processes import emulated_board, firmware_board  # noqa: E402  (benchmarks/, beside this file)
 
 GOAL_S = 120.0
 REFERENCE_S = 9 * 60.0  # issue 15: check --all on the real firmware at the default rows, ~9 min
@@ -64,32 +66,6 @@ class Counting:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._chamber, name)
-
-
-@contextmanager
-def emulated_board(kind: str, seed: int) -> Iterator[str]:
-    process = subprocess.Popen([sys.executable, str(ROOT / "bench_cli.py"), "sim", "serve", "--chamber", kind,
-                                "--transport", "tcp", "--pace", "real", "--seed", str(seed)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-@contextmanager
-def firmware_board(build_dir: Path, kind: str) -> Iterator[str]:
-    binary = build_dir / {"wt": "wt_mk_1", "lt": "lt_mk_1"}[kind]
-    process = subprocess.Popen([str(binary), "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL)
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().decode().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _sweep_of(results: list[Any]) -> dict[str, Any] | None:

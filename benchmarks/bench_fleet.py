@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,23 +39,11 @@ from protocols.claim_sources import load_main_job_claims  # noqa: E402
 from protocols.fleet_campaign import fleet_chambers, grade_campaign  # noqa: E402
 from protocols.fleet_file import Fleet, FleetMember  # noqa: E402
 
+from board_processes import emulated_board  # noqa: E402  (benchmarks/, beside this file)
+
 GOAL_RATIO = 1.3
 CLAIMS = ("dps310-operating-range", "dps310-pressure-precision-high", "dps310-absolute-accuracy",
           "mcp4151-zero-scale-error-pot-1")
-
-
-@contextmanager
-def real_pace_board(seed: int) -> Iterator[str]:
-    """A real-pace emulated wind tunnel in its own process, on TCP; yields its socket:// URL."""
-    process = subprocess.Popen([sys.executable, str(ROOT / "bench_cli.py"), "sim", "serve", "--chamber", "wt",
-                                "--transport", "tcp", "--pace", "real", "--seed", str(seed)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def timed(urls: list[str], rows: int) -> dict[str, Any]:
@@ -88,7 +75,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("CHAMBERLAB_STATE_DIR", tempfile.mkdtemp(prefix="bench-fleet-links-"))
     with ExitStack() as stack:
-        urls = [stack.enter_context(real_pace_board(seed)) for seed in range(1, args.chambers + 1)]
+        urls = [stack.enter_context(emulated_board("wt", seed)) for seed in range(1, args.chambers + 1)]
         one = timed(urls[:1], args.rows)
         many = timed(urls, args.rows)
     ratio = many["wall_s"] / one["wall_s"]

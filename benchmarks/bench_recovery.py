@@ -37,21 +37,16 @@ from firmware_bridge.link_journal import LinkJournal  # noqa: E402
 from firmware_bridge.session import Mk1Session, Timing  # noqa: E402
 from persistent_link import PersistentLink  # noqa: E402
 
+from board_processes import firmware_board  # noqa: E402  (benchmarks/, beside this file)
+
 REFERENCE_S = 18.8  # issue 31: the next command's ReplyTimeout, before the recovery
-BINARIES = {"wt": "wt_mk_1", "lt": "lt_mk_1"}
 
 
 @contextmanager
 def firmware(build: Path, kind: str, log: Path) -> Iterator[str]:
-    with open(log, "ab") as sink:
-        process = subprocess.Popen([str(build / BINARIES[kind]), "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
-                                   stderr=sink, text=True)
-        try:
-            assert process.stdout is not None
-            yield process.stdout.readline().strip()
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
+    """The real firmware of `kind`, its stderr appended to `log`."""
+    with open(log, "ab") as sink, firmware_board(build, kind, stderr=sink) as url:
+        yield url
 
 
 def journal_case(build: Path, work: Path) -> dict[str, Any]:
