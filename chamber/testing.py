@@ -19,7 +19,8 @@ from firmware_bridge.segments import Segment
 from firmware_bridge.session import Timing
 from firmware_bridge.variables import Kind, Layout, layout_for
 
-FAST_TIMING = Timing(boot_timeout=1.0, reply_timeout=1.0, stall_timeout=0.5, resend_after=RESEND_AFTER_S, dtr_pulse=0.0)
+FAST_TIMING = Timing(boot_timeout=1.0, reply_timeout=1.0, stall_timeout=0.5, resend_after=RESEND_AFTER_S, dtr_pulse=0.0,
+                     ack_patience=0.0)
 """Timeouts for tests against the unthrottled emulated board (a real board needs the defaults)."""
 
 

@@ -52,6 +52,10 @@ QUIET_AFTER_ACK_S = 0.005
 receive_packet keeps reading every byte already waiting once it has a packet and throws the rest away
 (serial_comms.cpp), so a command that follows our ACK of the board's reply within the same read is lost and has
 to be resent. 5 ms covers the ACK's ~0.5 ms at 500 kbaud and the USB bridge's latency."""
+WRITE_TIMEOUTS_IN_A_ROW = 2
+"""Write timeouts in a row that make a stalled port: pyserial checks its write timeout after a write too, so a
+process starved of CPU for longer than the timeout (a busy host) can find it expired with every byte sent. One
+alone is not a lost link: the segment protocol resends what did not arrive and drops what arrives twice."""
 ABANDON_POLL_S = 0.25
 """The longest one wait for bytes lasts before the link looks again whether its exchange was abandoned (callers
 loop until their own deadlines, so a shorter wait changes nothing else)."""
@@ -101,6 +105,7 @@ class Link:
         wall_clock: Callable[[], float] = time.time,
         resend_after: float = RESEND_AFTER_S,
         max_resends: int = 10,
+        ack_patience: float = 0.0,
     ):
         self.port = port
         self.counters = counters if counters is not None else LinkCounters()
@@ -111,8 +116,10 @@ class Link:
         self._clock = clock
         self._wall_clock = wall_clock
         self.resend_floor = resend_after
+        self._write_timeouts = 0  # in a row (WRITE_TIMEOUTS_IN_A_ROW)
         self.resend_after = resend_after
         self.max_resends = max_resends
+        self.ack_patience = ack_patience  # and at least this long (seconds) before an unACKed segment is a lost link
         self._srtt: float | None = None  # smoothed ACK delay and its variation (RFC 6298), from unresent segments
         self._rttvar = 0.0
         self._pending: int | None = None  # the sequence number of our data segment awaiting its ACK
@@ -164,7 +171,8 @@ class Link:
 
     def send(self, data: bytes, what: str = "", *, patience: float | None = None) -> None:
         """Send one message and wait for its ACK, resending after `resend_after` seconds (adapted to the ACK
-        delays this board shows, never below its floor). Gives up after `max_resends` resends, or, with
+        delays this board shows, never below its floor). Gives up after `max_resends` resends sent over at least
+        `ack_patience` seconds (a busy host can starve the board's process or ours for seconds), or, with
         `patience`, once that many seconds have passed (a board that is still booting)."""
         self._check_usable()
         check_message_fits(data, what)
@@ -190,7 +198,8 @@ class Link:
             remaining = deadline - clock()
             if remaining <= 0:
                 self.counters.ack_timeouts += 1
-                out_of_time = clock() >= give_up if give_up is not None else resends >= self.max_resends
+                out_of_time = clock() >= give_up if give_up is not None else (
+                    resends >= self.max_resends and clock() - sent_at >= self.ack_patience)
                 if out_of_time:
                     self._fail(ReplyTimeout(f"no ACK for segment {seq} ({what or data[:20]!r}) after {resends} resends"))
                 self._write(packet)
@@ -483,8 +492,15 @@ class Link:
     def _write(self, data: bytes) -> None:
         try:
             self.port.write(data)
+        except serial.SerialTimeoutException as exc:
+            self._write_timeouts += 1
+            if self._write_timeouts >= WRITE_TIMEOUTS_IN_A_ROW:
+                self._fail(LinkLost(f"serial write failed: {exc} ({self._write_timeouts} writes in a row)"))
+            log.info("serial write timed out (once: the protocol resends what did not arrive)")
+            return
         except (serial.SerialException, OSError) as exc:
             self._fail(LinkLost(f"serial write failed: {exc}"))
+        self._write_timeouts = 0
         self.counters.bytes_sent += len(data)
 
     def _fail(self, error: LinkLost) -> None:

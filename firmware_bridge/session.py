@@ -98,6 +98,7 @@ class Timing:
     stall_timeout: float | None = None  # longest pause between rows of an MSR
     resend_after: float | None = None  # first resend interval for our segments (then adapted to the ACK delays seen)
     max_resends: int = 10
+    ack_patience: float = 5.0  # ... and resent for at least this long: a busy host starves a process for seconds
     dtr_pulse: float = 0.05
     probe_timeout: float | None = None  # recovering a board that did not reset: probing for its number (None: twice
     # boot_timeout, the time the RST fallback had before recovery existed)
@@ -144,7 +145,8 @@ class Mk1Session:
         self.timing = timing
         self.pace = UNKNOWN_PACE
         self.link = Link(port, counters=counters, clock=clock, wall_clock=wall_clock,
-                         resend_after=timing.resend_after or UNKNOWN_PACE.resend_s, max_resends=timing.max_resends)
+                         resend_after=timing.resend_after or UNKNOWN_PACE.resend_s, max_resends=timing.max_resends,
+                         ack_patience=timing.ack_patience)
         self.journal = journal
         # What the previous session on this port recorded, read before this one writes anything.
         self.journal_hint: JournalEntry | None = journal.last() if journal is not None else None

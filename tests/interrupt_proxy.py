@@ -524,6 +524,9 @@ class InterruptProxy:
                             client.sendall(b"".join(held))
                             held.clear()
                 self._check_silence(link)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # a side hung up while the other was still sending (a host that reopens the port to reset the
+            # board closes mid-stream): the same end as an empty read above, not a decoding anomaly
         except OSError as exc:
             self.record.note(f"c{conn.number}: relay ended: {exc}")
         finally:

@@ -30,8 +30,8 @@ import pytest
 
 from firmware_harness import firmware_build, real_board  # noqa: F401 - firmware_build is a fixture
 from interrupt_proxy import InterruptProxy, Trigger, on_msr_rows, on_set_reply, on_silence
-from test_interrupt_commands import (CHAMBERLAB, CLAIM, EXIT_S, FIRE_S, FIRST_MSR, FIRST_SET, SCRIPT, Streams,
-                                     _kill, _protocol, _serve_client, interrupt, measure)
+from test_interrupt_commands import (BARE_CHAMBERLAB, CHAMBERLAB, CLAIM, EXIT_S, FIRE_S, FIRST_MSR, FIRST_SET,
+                                     SCRIPT, Streams, _kill, _protocol, _serve_client, interrupt, measure)
 
 HUP, QUIT = signal.SIGHUP, signal.SIGQUIT
 
@@ -194,7 +194,7 @@ def test_nohup_keeps_a_run_going_through_a_hangup(tmp_path):
     hang-up stopping a command). On the in-process simulator, a hang-up mid-run neither stops nor kills it."""
     protocol = tmp_path / "p.txt"
     protocol.write_text("SET,load_in,0.5\n" + "MSR,1,0\nWAIT,200\n" * 10)
-    proc = subprocess.Popen(["nohup", *CHAMBERLAB, "chamber", "run", str(protocol), "--backend", "sim", "-o",
+    proc = subprocess.Popen(["nohup", *BARE_CHAMBERLAB, "chamber", "run", str(protocol), "--backend", "sim", "-o",
                              str(tmp_path / "o.csv"), "--json"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stderr is not None

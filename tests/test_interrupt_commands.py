@@ -42,7 +42,13 @@ from firmware_harness import firmware_build, real_board  # noqa: F401 - firmware
 from interrupt_proxy import InterruptProxy, Trigger, on_msr_rows, on_set_reply, on_silence
 
 PROJECT = Path(__file__).resolve().parents[1]
-CHAMBERLAB = [sys.executable, str(PROJECT / "bench_cli.py")]
+BARE_CHAMBERLAB = [sys.executable, str(PROJECT / "bench_cli.py")]
+HANGUP_AS_FROM_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; "
+                             "signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"]
+"""Starts a command with SIGHUP's default disposition, as a terminal's shell does: a suite started under `nohup`
+passes an ignored SIGHUP on to every child, and chamber.stop rightly keeps nohup's choice, so a command the tests
+hang up on would never see the hang-up (12 failures of one loaded run were that, not the command)."""
+CHAMBERLAB = [*HANGUP_AS_FROM_A_TERMINAL, *BARE_CHAMBERLAB]
 CLAIM = "dps310-operating-range"
 SCRIPT = "SET,load_in,0.8\nMSR,10,0\nWAIT,30000\nMSR,200,0\n"
 """The protocol file of `chamber run` and the piped input of `chamber shell`: a fan on, an MSR, a WAIT."""
