@@ -165,9 +165,12 @@ class PtyTransport:
             raise
 
     def hang_up(self) -> None:
-        """Vanish: the device disappears (the host's next read fails) and comes back as a new pty."""
-        os.close(self.fd)
+        """Vanish: the device disappears (the host's next read fails) and comes back as a new pty. The new one is
+        opened before the old one is closed: the kernel hands out the lowest free pty number, and the vanished
+        device's number coming straight back would let a host reopen the old path and find the board there."""
+        vanished = self.fd
         self._open_pty()
+        os.close(vanished)
 
     def end_session(self) -> None:
         pass  # the host closed the slave; the master stays for the next host

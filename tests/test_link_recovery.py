@@ -205,7 +205,8 @@ def test_an_idle_board_is_found_at_the_number_it_accepts(tmp_path, journaled):
             assert found is not None
             assert (found.found, found.accepted, found.drained_rows, found.drained_replies) == ("idle", last, 0, ())
             assert found.via == ("journal" if journaled else "probe")
-            assert found.probes <= (2 if journaled else (last + 2) // 2 + 3)
+            # how many probes it took is a figure (benchmarks/bench_recovery.py): a probe unanswered in time is
+            # sent again, so a busy machine takes more (issue 35: 218 on one loaded run); the number found is the fact
             assert found.commands_accepted == 23  # its first command was numbered 2^32 - 1
             assert "it had accepted 23 command(s) since it booted" in found.describe()
             assert board.firmware.boots == 2
