@@ -18,7 +18,8 @@ Triggers (one per proxy, fired once, on protocol events the proxy sees, never on
   kernel has delivered it to the process (/proc/PID/status no longer shows it pending), then releases the reply
   (interrupt during a SET, before its reply reached the host).
 - `on_silence(seconds)`: while the board (as it last answered) holds a safe-state variable away from its safe
-  value, the line has been silent both ways this long (the host is in a WAIT, or a server is idle between calls).
+  value, no new message has crossed either way this long (the host is in a WAIT, or a server is idle between
+  calls; ACKs and resent copies do not count).
 `unsafe_only=False` (msr, set) fires whatever the safe-state variables hold: for commands that never run a fan
 (calibrate, sweep), where the exchange in flight is what is under test.
 The action sends each of `signals` to the process group (SIGINT, SIGQUIT, SIGHUP, as a terminal's Ctrl-C,
@@ -333,7 +334,8 @@ class _Link:
         self.msr_requested = 0  # n of the last MSR instruction
         self.rows_left = 0
         self.state: dict[str, float] = {}  # safe-state variables as the board last answered them
-        self.last_traffic = time.monotonic()  # last byte either way (silence trigger)
+        self.last_traffic = time.monotonic()  # last new message either way (silence trigger): ACKs and resent
+        # copies are link chatter (a board resending a reply whose ACK it threw away kept the line busy for 30 s)
 
     # host -> board
     def from_host(self, piece: bytes) -> None:
@@ -355,6 +357,7 @@ class _Link:
                 self.record.mark(e, "resends", e.resends + 1)
                 continue
             event = self.record.add(self.conn.number, "host", "instruction", text, seq=seg.seq)
+            self.last_traffic = time.monotonic()
             self.instructions[seg.seq] = event
             if (m := _MSR.match(text)) is not None:
                 self.msr_requested = int(m.group(1))
@@ -381,6 +384,7 @@ class _Link:
             if kind is not Arrival.DELIVER:
                 continue
             event = self._board_message(seg)
+            self.last_traffic = time.monotonic()
             self.board_messages[seg.seq] = event
             hold = self.proxy._on_event(self, event) or hold
         return hold
@@ -508,7 +512,6 @@ class InterruptProxy:
                     data = key.fileobj.recv(1 << 16)  # type: ignore[union-attr]
                     if not data:  # one side hung up: end the other (the harness then ends its board)
                         return
-                    link.last_traffic = time.monotonic()
                     if key.data == "host":
                         for piece in link.host.cut(data):
                             link.from_host(piece)
