@@ -52,8 +52,10 @@ CHAMBERLAB = [*HANGUP_AS_FROM_A_TERMINAL, *BARE_CHAMBERLAB]
 CLAIM = "dps310-operating-range"
 SCRIPT = "SET,load_in,0.8\nMSR,10,0\nWAIT,30000\nMSR,200,0\n"
 """The protocol file of `chamber run` and the piped input of `chamber shell`: a fan on, an MSR, a WAIT."""
-FIRE_S = 30.0  # from the start until the trigger's event (first SET/MSR: ~3-5 s at real pace)
-EXIT_S = 60.0  # from the signal until the command has exited (an MSR in flight may have to run out)
+FIRE_S = 120.0  # from the start until the trigger's event (first SET/MSR: ~3-5 s at real pace, idle)
+EXIT_S = 120.0  # from the signal until the command has exited (an MSR in flight may have to run out)
+# Both are hang guards, not speed limits: a loaded machine took the main job 15 s to reach its first MSR and a
+# 30 s guard failed a test whose command was fine (issue 35 item 6). Only a broken command meets them.
 INT, TERM = signal.SIGINT, signal.SIGTERM
 
 
