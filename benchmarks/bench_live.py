@@ -29,6 +29,8 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 sys.path.insert(0, str(PROJECT / "tests"))  # cdp.py: the DevTools client the browser tests use
 
+from protocols.bench_job import Quiet  # noqa: E402  (the silent progress the held one builds on)
+
 GOAL_S = 1.0
 SCREENSHOT_CLAIM = "dps310-operating-range"  # the claim whose bound the latency run's view knows
 PICTURED_CLAIM = "nf-f12-pwm-stops-at-zero-duty-exhaust"
@@ -64,7 +66,7 @@ def _shrink(png: Path) -> None:
     small.save(png, optimize=True)
 
 
-class _HeldAt:
+class _HeldAt(Quiet):
     """The main job's progress for the picture: it holds the job at the `measuring` event of PICTURED_CLAIM until
     the picture is taken (and at the line naming the view until the page watches it)."""
 
@@ -84,10 +86,6 @@ class _HeldAt:
             self.reached.set()
             self.taken.wait(60)
 
-    def start(self, label, total): pass
-    def stage(self, name, note=""): pass
-    def advance(self, note): pass
-    def detail(self, message): pass
 
 
 def _picture_main_job(page, png: Path) -> None:
@@ -134,7 +132,6 @@ def main() -> int:
 
     from chamber import open_chamber
     from protocols.api.live_job import start_job_live_view
-    from protocols.bench_job import Quiet
     from protocols.claims import load_claims
     from simulator.board import running_board
 

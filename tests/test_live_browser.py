@@ -27,6 +27,7 @@ import chamber
 from protocols.api import running_api
 from protocols.api.live import LiveChamber, LiveFeed, live_app
 from protocols.api.server import serve_in_thread
+from protocols.bench_job import Quiet
 from protocols.claims import load_claims
 from cdp import find_chromium, headless_page
 
@@ -262,7 +263,7 @@ def test_a_fleet_of_eight_chambers_gets_compact_panels_three_to_a_row():
         assert page.errors() == []
 
 
-class _JobProgress:
+class _JobProgress(Quiet):
     """The progress the CLI would render for the main job; it holds the job at the line naming the live view until
     the test's page is watching it, and at each `measuring` event until the test has looked at the page (so a
     fast job cannot end, or measure the next claim, before the page has shown it)."""
@@ -278,10 +279,6 @@ class _JobProgress:
             self.announced.set()
             self.watching.wait(30)
 
-    def start(self, label, total): pass
-    def stage(self, name, note=""): pass
-    def advance(self, note): pass
-    def detail(self, message): pass
 
     def measuring(self, event) -> None:
         looked = threading.Event()
