@@ -28,6 +28,7 @@ Cause = Literal["parser_off", "model_no_format", "drops_tool_results", "text_aft
                 "images_as_text", "image_unread", "image_over_context", "images_refused"]
 
 TEXT_PROTOCOL = "--tool-protocol text (or ?tools=text in the --model spec)"
+NO_IMAGES = "add images=false to the --model spec (…#model?images=false)"
 
 SUMMARY: dict[str, str] = {  # each cause in a few words, for one-line reports (the matrix's preflight refusal)
     "parser_off": "tool calls come back as text (no parser)",
@@ -120,20 +121,18 @@ def fix(cause: Cause, server: Server | None = None, model: str = "") -> str:
                 }.get(server or "", "the server does not honour this tool_choice form; runs send auto, so they "
                                     "are unaffected")
     if cause == "images_as_text":
-        return ("a text-only model: the image's base64 was read as text; add images=false to the --model spec "
-                "(…#model?images=false)" + (" or load a vision model with --mmproj" if server == "llama-server"
-                                             else ""))
+        return (f"a text-only model: the image's base64 was read as text; {NO_IMAGES}"
+                + (" or load a vision model with --mmproj" if server == "llama-server" else ""))
     if cause == "image_unread":
         return ("the model did not read the image (a text-only model behind a server that takes images, or one "
-                "that cannot read this size): add images=false to the --model spec (…#model?images=false)")
+                f"that cannot read this size): {NO_IMAGES}")
     if cause == "images_refused":
         return {"llama-cpp-python": "llama-cpp-python reads image parts only with a vision chat handler (e.g. "
-                                    "--chat_format llava-1-5 with --clip_model_path); for a text-only model add "
-                                    "images=false to the --model spec (…#model?images=false)",
-                "llama-server": "llama-server reads images only with a vision projector (--mmproj); for a "
-                                "text-only model add images=false to the --model spec (…#model?images=false)",
-                }.get(server or "", "a text-only model or no vision projector (llama.cpp: --mmproj): add "
-                                    "images=false to the --model spec (…#model?images=false)")
+                                    "--chat_format llava-1-5 with --clip_model_path); for a text-only model "
+                                    + NO_IMAGES,
+                "llama-server": f"llama-server reads images only with a vision projector (--mmproj); for a "
+                                f"text-only model {NO_IMAGES}",
+                }.get(server or "", f"a text-only model or no vision projector (llama.cpp: --mmproj): {NO_IMAGES}")
     if cause == "image_over_context":
         return ("add images=false to the --model spec, or raise the context (llama-server -c, llama-cpp-python "
                 "--n_ctx, vLLM --max-model-len)")
