@@ -23,7 +23,7 @@ from importlib import import_module as lib  # a library module, imported when it
 from pathlib import Path
 from typing import Any, Callable
 
-from firmware_bridge.error_text import one_line
+from firmware_bridge.error_text import exception_line
 from firmware_bridge.variables import MAX_MSR_ROWS, OSR_LEVELS
 from protocols.service_defaults import (DEFAULT_LEASE_TIMEOUT_S as LEASE, DEFAULT_MAX_HOLD_S as HOLD,
                                         DEFAULT_MAX_SESSIONS as SESSIONS, DEFAULT_SESSION_IDLE_S as IDLE)
@@ -468,7 +468,7 @@ def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
-        return fail("--json" in argv, "usage", one_line(exc))
+        return fail("--json" in argv, "usage", exception_line(exc))
     args.verbose = getattr(args, "verbose", False)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -487,7 +487,7 @@ def _main(argv: list[str]) -> int:
         if args.verbose:
             log.exception("command failed")
         unsafe = isinstance(exc, lib("chamber.safe_state").SafeStateUnconfirmed)  # 3: a chamber may run on
-        return fail(getattr(args, "json", False), type(exc).__name__, one_line(exc), 3 if unsafe else 2)
+        return fail(getattr(args, "json", False), type(exc).__name__, exception_line(exc), 3 if unsafe else 2)
     if signals := received_signals():  # a command that stopped by itself on a signal: say which one
         say(f"stopped by {describe_signal(signals[0])}")
     return int(result or 0)

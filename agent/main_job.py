@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from firmware_bridge.error_text import exception_line
 from protocols.bench_job import JobProgress, Quiet
 
 
@@ -208,7 +209,7 @@ def run_main_job(job: MainJob, progress: JobProgress = Quiet()) -> dict[str, Any
         if isinstance(exc.__cause__, LabInterrupted):  # interrupted, then the safe state was not confirmed
             summary.update(exc.__cause__.summary)
             summary["interrupted"] = True
-        summary["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
+        summary["error"] = f"{type(exc).__name__}: {exception_line(exc)}"
         summary["status"] = RUN_STATUS[max(exit_code(summary), FAILED)]
         raise
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 
-def one_line(exc: BaseException) -> str:
+def exception_line(exc: BaseException) -> str:
     """`exc`'s message on one line: a pydantic report becomes its title, first field and message (and how many
     more), any other line breaks and runs of spaces fold into single spaces."""
     if isinstance(exc, ValidationError):

@@ -1,4 +1,4 @@
-"""firmware_bridge.error_text.one_line: every error a person reads is one line, and says what the field was."""
+"""firmware_bridge.error_text.exception_line: every error a person reads is one line, and says what the field was."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pydantic
 import pytest
 import yaml
 
-from firmware_bridge.error_text import one_line
+from firmware_bridge.error_text import exception_line
 
 
 class _Two(pydantic.BaseModel):
@@ -17,7 +17,7 @@ class _Two(pydantic.BaseModel):
 def test_a_pydantic_report_becomes_its_first_field_and_how_many_more():
     with pytest.raises(pydantic.ValidationError) as caught:
         _Two.model_validate({"rows": "many"})
-    text = one_line(caught.value)
+    text = exception_line(caught.value)
     assert "\n" not in text
     assert text.startswith("_Two: field 'rows': ") and text.endswith("(and 1 more)")
 
@@ -26,5 +26,5 @@ def test_a_yaml_caret_drawing_folds_into_one_line():
     with pytest.raises(yaml.YAMLError) as caught:
         yaml.safe_load("a: [1, 2\nb: 3\n")
     assert "\n" in str(caught.value)  # what would break a terminal line or a database column
-    text = one_line(caught.value)
+    text = exception_line(caught.value)
     assert "\n" not in text and "  " not in text and "line" in text

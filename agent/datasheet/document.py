@@ -18,7 +18,7 @@ from typing import NamedTuple, Sequence
 
 import pymupdf
 
-from firmware_bridge.error_text import one_line
+from firmware_bridge.error_text import exception_line
 
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ _MUPDF_CODE = re.compile(r"^\s*code=\d+:\s*")
 def mupdf_reason(exc: BaseException) -> str:
     """MuPDF's own words for what is wrong, as one line, without its error code ("code=7: cycle in page tree" →
     "cycle in page tree"); the exception's class name when it says nothing."""
-    return _MUPDF_CODE.sub("", one_line(exc)) or type(exc).__name__
+    return _MUPDF_CODE.sub("", exception_line(exc)) or type(exc).__name__
 
 
 # ------------------------------------------------------------------------------------------------------- model

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from firmware_bridge.error_text import one_line
+from firmware_bridge.error_text import exception_line
 from chamber.emulated import EmulatedSpec, EmulatedUrlError, parse_emulated_url
 from chamber.limits import LimitsFileError, OperatorLimits, parse_limits
 from chamber.safe_state import SafeState, parse_safe_state, resolve_safe_state
@@ -182,7 +182,7 @@ def load_lab(path: str | Path) -> Lab:
                                    error=LabFileError).chambers[chamber_id]
             _limits_and_safe(entry, f"{source}: {where}")
         except LabFileError as exc:
-            refused[str(chamber_id)] = one_line(exc)
+            refused[str(chamber_id)] = exception_line(exc)
             continue
         entries[chamber_id] = entry
     if not entries:

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from firmware_bridge.error_text import one_line
+from firmware_bridge.error_text import exception_line
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.safe_state import same_float32
 from firmware_bridge.errors import BridgeError
@@ -83,7 +83,7 @@ def restore_standard(chamber: Any, standard: Standard) -> Restored:
         chamber.set_many(settings)
         frame = chamber.measure(1)
     except (InvalidSetting, ChamberError, BridgeError, OSError) as exc:
-        return Restored(False, f"{type(exc).__name__}: {one_line(exc)}", settings)
+        return Restored(False, f"{type(exc).__name__}: {exception_line(exc)}", settings)
     row = {name: float(frame.values[0][i]) for i, name in enumerate(frame.names)}
     wrong = [name for name, value in standard.values.items() if name in row and not _same(value, row[name])]
     overridden = [name for name, value in chamber.applied().items() if (variable := layout.get(name)) is not None

@@ -16,7 +16,7 @@ import json
 import logging
 from typing import Any
 
-from firmware_bridge.error_text import one_line
+from firmware_bridge.error_text import exception_line
 from chamber.errors import ChamberError
 from chamber.protocol_language import ProtocolError, parse_protocol
 from chamber.protocol_runner import run_protocol
@@ -53,7 +53,7 @@ def answer_call(worker: Any, call: dict[str, Any]) -> None:
         outcome = run_protocol(chamber, protocol, on_frame=writer.write_frame, ask=no_operator, stop=halt,
                                wait=halt.wait)
     except ProtocolError as exc:
-        session_store.answer_call(engine, call["call_id"], error_status=400, error_message=one_line(exc))
+        session_store.answer_call(engine, call["call_id"], error_status=400, error_message=exception_line(exc))
         return
     except (ChamberError, BridgeError, OSError) as exc:
         _board_fault(worker, call, exc)
@@ -98,7 +98,7 @@ def _open(worker: Any, call: dict[str, Any], session: dict[str, Any]) -> None:
 
 
 def _board_fault(worker: Any, call: dict[str, Any], exc: BaseException) -> None:
-    message = f"chamber {worker.chamber_id}: {type(exc).__name__}: {one_line(exc)}"
+    message = f"chamber {worker.chamber_id}: {type(exc).__name__}: {exception_line(exc)}"
     log.warning("%s", message)
     session_store.answer_call(worker.engine, call["call_id"], error_status=503, error_message=message)
     worker._say("ERROR", message)

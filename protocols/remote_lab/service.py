@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from firmware_bridge.error_text import one_line
+from firmware_bridge.error_text import exception_line
 from chamber.remote_lab_backend import write_credentials
 from chamber.selection import default_link_state_dir
 from protocols.remote_lab import audit, store
@@ -192,10 +192,10 @@ class Workers:
         try:
             worker.serve(self.stop_event)
         except WorkerRefused as exc:  # its board did not answer, or another worker holds it: the others go on
-            self.errors[worker.chamber_id] = one_line(exc)
+            self.errors[worker.chamber_id] = exception_line(exc)
             self.say(f"not serving {worker.chamber_id}: {self.errors[worker.chamber_id]}")
         except Exception as exc:  # a fault of ours: named in one line, the stack in the debug log
-            self.errors[worker.chamber_id] = f"{type(exc).__name__}: {one_line(exc)}"
+            self.errors[worker.chamber_id] = f"{type(exc).__name__}: {exception_line(exc)}"
             log.debug("worker for %s stopped", worker.chamber_id, exc_info=True)
             self.say(f"worker for {worker.chamber_id} stopped: {self.errors[worker.chamber_id]}")
         finally:

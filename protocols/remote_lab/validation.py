@@ -27,6 +27,7 @@ from chamber.catalogue import VariableCatalogue
 from chamber.limits import OperatorLimits
 from chamber.protocol_language import (MeasureInstruction, Protocol, ProtocolError, SetInstruction, WaitInstruction,
                                        parse_protocol, validate_protocol)
+from firmware_bridge.error_text import exception_line
 from firmware_bridge.session import BOARD_PACE, UNKNOWN_PACE
 from firmware_bridge.variables import layout_for
 from protocols.planner import change_seconds
@@ -63,10 +64,6 @@ def plain_decimal(instruction: str) -> str:
     return f"SET,{m.group(1)},{text}"
 
 
-def _one_line(problems: str) -> str:
-    return " ".join(problems.split())
-
-
 def check_protocol(instructions: Sequence[object], *, kind: str, config: str, limits: OperatorLimits | None,
                    caps: Caps) -> Checked:
     """The instructions as they will be sent, or InvalidProtocol naming every refusal (first ones first)."""
@@ -95,7 +92,7 @@ def check_protocol(instructions: Sequence[object], *, kind: str, config: str, li
         part = limits.for_chamber(kind) if limits is not None else None
         validate_protocol(protocol, VariableCatalogue(layout_for(kind, config), part), {})
     except ProtocolError as exc:
-        raise InvalidProtocol(_one_line(str(exc)).replace("nothing was sent", "nothing was queued")) from None
+        raise InvalidProtocol(exception_line(exc).replace("nothing was sent", "nothing was queued")) from None
     _check_caps(protocol, caps)
     return Checked(texts, protocol.rows, protocol.wait_ms, planned_seconds(protocol, kind))
 
