@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from agent.cell_runner import model_label, model_labels, plan_cells
-from agent.models import ModelSpecError, client_for, parse_model_spec, split_model_options, with_model_options
+from agent.models import ModelSpecError, client_for, full_spec, parse_model_spec, split_model_options, with_model_options
 from agent.models.scripted import ScriptedModel, policy_named
-from agent.scoring.matrix import model_specs, run_matrix
+from agent.scoring.matrix import run_matrix
 from agent.scoring.score import score_paths, stability, stability_text
 from conftest import shared_path
 from support import SteppingClock, run_cli
@@ -33,8 +33,8 @@ def test_flag_options_are_written_under_the_specs_own_and_the_spec_wins():
     assert with_model_options(spec, flags) == spec  # canonical: the same spec and flags give the same text
     assert with_model_options("scripted:reader", {}) == "scripted:reader"
     # scripted models run in process and take no options: the flags leave them as they are
-    assert model_specs(["scripted:reader", LOCAL], {"temperature": 0.0}) == ["scripted:reader",
-                                                                             f"{LOCAL}?temperature=0"]
+    assert [full_spec(m, {"temperature": 0.0}) for m in ("scripted:reader", LOCAL)] == ["scripted:reader",
+                                                                                        f"{LOCAL}?temperature=0"]
 
 
 def test_temperature_is_checked_and_travels_or_is_refused_by_name():

@@ -40,14 +40,6 @@ class PreflightFailed(MatrixRefused):
     """A model's endpoint failed a preflight probe the run depends on: no cell was run."""
 
 
-def model_specs(models: Sequence[str], options: Mapping[str, Any]) -> list[str]:
-    """Each model's full spec: the flags' `options` written under its own `?...` (the spec wins; a scripted model
-    keeps its spec): agent.models.full_spec."""
-    from agent.models import full_spec
-
-    return [full_spec(m, options) for m in models]
-
-
 def preflight_models(specs: Sequence[str], labels: Mapping[str, str], out: Path, say: Callable[[str], None],
                      timeout_s: float = 120.0) -> dict[str, Any]:
     """agent.doctor.preflight for each spec that calls an endpoint (not scripted:*), its evidence under
@@ -159,7 +151,7 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
     cell through `say`."""
     from agent.extract_job import chamber_for_cells, model_options
     from agent.loop import Budget
-    from agent.models import client_for
+    from agent.models import client_for, full_spec
     from agent.runindex import RunIndex
     from agent.scoring.pricing import load_price_table
     from protocols.claim_sources import MAIN_JOB_POOL, write_run_pool
@@ -167,9 +159,9 @@ def matrix_job(*, models: Sequence[str], claims: Mapping[str, Any], selected: Se
     if out.exists() and not out.is_dir():
         raise MatrixRefused(f"--out {out} is a file; expected a folder (new or a run folder to resume)")
     ids = check_plan(claims, selected, arms)
-    models = model_specs(models, model_options(thinking=thinking, effort=effort, max_output_tokens=max_output_tokens,
-                                               extra_body=extra_body, temperature=temperature,
-                                               tool_protocol=tool_protocol))
+    options = model_options(thinking=thinking, effort=effort, max_output_tokens=max_output_tokens,
+                            extra_body=extra_body, temperature=temperature, tool_protocol=tool_protocol)
+    models = [full_spec(m, options) for m in models]  # each spec with the flags written in (its own ?... wins)
     for m in models:  # fail before any cell runs when a key is missing or an option does not apply
         client_for(m, os.environ)
     price_table = load_price_table(prices) if prices else None
