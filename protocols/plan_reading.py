@@ -18,8 +18,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from chamber.driver import BoardLost
+from firmware_bridge.errors import LinkLost
 from protocols.declaration import StepReadings
-from protocols.planner import Plan, reading_seconds
+from protocols.planner import Plan, Staging, reading_seconds
 from protocols.staging import Chambers, Measuring
 
 log = logging.getLogger(__name__)
@@ -63,18 +64,12 @@ def read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | ran
         try:
             runner.context.measuring(Measuring(tuple(dict.fromkeys(served[u.item] for u in staging.uses)),
                                                staging.chamber, staging.label(), want - have, planned_left_s=left))
-            held = runner.current.get(staging.chamber) == index
-            if not held:
-                runner.context.progress(f"{staging.chamber}: stage {staging.label()} "
-                                        f"(serves {len(staging.uses)} step(s)), read {want - have} rows")
-                runner.context.chamber(staging.chamber).set_many(runner.guarded(staging.chamber, staging.settings))
-                runner.stagings += 1
-            settled = runner.settle(staging.chamber, 0, staging.settle_s) if not held and staging.settle_s else None
-            settle_rows = 0 if held else staging.settle_rows
-            more = runner.read(staging.chamber, want - have, staging.reads, settle_rows)
-            if settled is not None:  # a reconnect while settling is the readings' (the evaluation refuses them)
-                more = replace(more, settle_rows=settled.rows + settle_rows, settled_s=settled.seconds,
-                               reconnected=more.reconnected or settled.reconnected)
+            try:
+                more = _stage_and_read(runner, staging, want - have, held=runner.current.get(staging.chamber) == index)
+            except LinkLost as lost:  # back at once (not lost for good): stage and read it once more
+                runner.current[staging.chamber] = None
+                runner.recover(staging.chamber, lost, f"stage {staging.label()}")
+                more = _stage_and_read(runner, staging, want - have, held=False)
             runner.current[staging.chamber] = index
         except Exception as exc:  # the apparatus guard: every step this staging serves gets this error
             failures[index] = exc
@@ -90,6 +85,22 @@ def read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | ran
                                    reconnected=before.reconnected or more.reconnected)
         else:
             reads[index] = replace(more, settings=settings)
+
+
+def _stage_and_read(runner: Chambers, staging: Staging, rows: int, *, held: bool) -> StepReadings:
+    """SET the staging (unless the chamber holds it already), settle it, and read `rows` rows."""
+    if not held:
+        runner.context.progress(f"{staging.chamber}: stage {staging.label()} "
+                                f"(serves {len(staging.uses)} step(s)), read {rows} rows")
+        runner.context.chamber(staging.chamber).set_many(runner.guarded(staging.chamber, staging.settings))
+        runner.stagings += 1
+    settled = runner.settle(staging.chamber, 0, staging.settle_s) if not held and staging.settle_s else None
+    settle_rows = 0 if held else staging.settle_rows
+    more = runner.read(staging.chamber, rows, staging.reads, settle_rows)
+    if settled is not None:  # a reconnect while settling is the readings' (the evaluation refuses them)
+        more = replace(more, settle_rows=settled.rows + settle_rows, settled_s=settled.seconds,
+                       reconnected=more.reconnected or settled.reconnected)
+    return more
 
 
 def restore(runner: Chambers, kind: str, settings: Mapping[str, float], after: str) -> None:

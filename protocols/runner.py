@@ -5,7 +5,9 @@ Why one: the CLI (`check`, `calibrate`), the main job and the chamber tools API 
 
 - the apparatus guard: any exception while staging, reading or evaluating becomes the claim's verdict "error"
   naming the exception's type (a lost link is status "link_lost", anything else "aborted"); the half-taken
-  measurement is discarded, and the rest of the batch goes on (an apparatus problem is not evidence against a
+  measurement is discarded, and the rest of the batch goes on. A link lost once and brought back at once by the
+  driver is not that: the staging (or procedure) is staged and read once more after the reconnect
+  (protocols.staging.Chambers.recover), and only a second loss, or a board lost for good, is the claim's error (an apparatus problem is not evidence against a
   datasheet, and one broken claim must not cost the others their verdicts). The claim guard extends this to
   everything else done for one claim (choosing its protocol, its pre-check, the rule on its measurement);
 - a chamber that is not connected: its claims are inconclusive, "chamber not connected", naming the chamber — the
@@ -462,7 +464,11 @@ def _run_procedure(claim: Claim, declaration: Declaration, context: ProtocolCont
     it, however it ended (as the batch applies its steps' restores), so a procedure need not restore itself."""
     reader = ProcedureReader(runner, declaration, context.rows, context.settle_rows, context.station)
     try:
-        outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
+        try:
+            outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
+        except LinkLost as lost:  # back at once (not lost for good): the procedure once more, from its first SET
+            runner.recover(declaration.chamber or "", lost, f"protocol {declaration.key}")
+            outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
     except ProtocolUnavailable as exc:
         return _unavailable(claim, declaration.key, exc)
     except Exception as exc:  # the apparatus guard

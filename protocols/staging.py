@@ -10,6 +10,7 @@ a backend that stamps a whole read at once cannot cut it short.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any, Callable, Mapping, Protocol as TypingProtocol, Sequence
 import numpy as np
 
 from calibration.records import CalibrationRecord
+from chamber.driver import BoardLost
+from firmware_bridge.errors import LinkLost
 from protocols.claims import Claim
 from protocols.declaration import (
     CHUNK_ROWS,
@@ -32,6 +35,8 @@ from protocols.declaration import (
     covered_seconds,
     row_floor,
 )
+
+log = logging.getLogger(__name__)
 
 CHAMBER_NAMES = {"wt": "wind tunnel", "lt": "light tunnel"}
 
@@ -112,6 +117,21 @@ class Chambers:
     def guarded(self, kind: str, settings: Mapping[str, float]) -> dict[str, float]:
         guard = self.context.setting_guards.get(kind)
         return dict(settings) if guard is None else guard.check(settings, inputs_only=False)
+
+    def recover(self, kind: str, lost: LinkLost, what: str) -> None:
+        """After `lost` cut `what` short, bring the link back for one more try of it (the driver's reconnect_now:
+        the reconnect is then the caller's, whose fresh SET and settle make the rows read again its own). Re-raises
+        `lost` when the board is lost for good or the chamber cannot reconnect on request.
+
+        Why try again: a board that stalls for a few seconds on a starved host (or a glitch on the wire) and comes
+        back at once is not evidence against a datasheet; its claims deserve their verdicts, not "link_lost"."""
+        chamber = self.context.chambers.get(kind)
+        reconnect_now = getattr(chamber, "reconnect_now", None) if chamber is not None else None
+        if isinstance(lost, BoardLost) or not callable(reconnect_now):
+            raise lost
+        log.warning("%s: link lost during %s (%s); reconnecting to read it again", kind, what, lost)
+        self.context.progress(f"{kind}: link lost during {what}; reading it again after the reconnect")
+        reconnect_now()
 
     def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str, *,
               settle_s: float = 0.0) -> Settled:

