@@ -18,7 +18,6 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from chamber.driver import BoardLost
-from firmware_bridge.errors import LinkLost
 from protocols.declaration import StepReadings
 from protocols.planner import Plan, Staging, reading_seconds
 from protocols.staging import Chambers, Measuring
@@ -64,12 +63,10 @@ def read_stagings(runner: Chambers, the_plan: Plan, indices: Sequence[int] | ran
         try:
             runner.context.measuring(Measuring(tuple(dict.fromkeys(served[u.item] for u in staging.uses)),
                                                staging.chamber, staging.label(), want - have, planned_left_s=left))
-            try:
-                more = _stage_and_read(runner, staging, want - have, held=runner.current.get(staging.chamber) == index)
-            except LinkLost as lost:  # back at once (not lost for good): stage and read it once more
-                runner.current[staging.chamber] = None
-                runner.recover(staging.chamber, lost, f"stage {staging.label()}")
-                more = _stage_and_read(runner, staging, want - have, held=False)
+            held = runner.current.get(staging.chamber) == index
+            more = runner.once_more_if_lost(  # a second try is staged afresh: held no more
+                staging.chamber, f"stage {staging.label()}",
+                lambda first: _stage_and_read(runner, staging, want - have, held=held and first))
             runner.current[staging.chamber] = index
         except Exception as exc:  # the apparatus guard: every step this staging serves gets this error
             failures[index] = exc

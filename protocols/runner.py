@@ -5,11 +5,12 @@ Why one: the CLI (`check`, `calibrate`), the main job and the chamber tools API 
 
 - the apparatus guard: any exception while staging, reading or evaluating becomes the claim's verdict "error"
   naming the exception's type (a lost link is status "link_lost", anything else "aborted"); the half-taken
-  measurement is discarded, and the rest of the batch goes on. A link lost once and brought back at once by the
-  driver is not that: the staging (or procedure) is staged and read once more after the reconnect
-  (protocols.staging.Chambers.recover), and only a second loss, or a board lost for good, is the claim's error (an apparatus problem is not evidence against a
-  datasheet, and one broken claim must not cost the others their verdicts). The claim guard extends this to
-  everything else done for one claim (choosing its protocol, its pre-check, the rule on its measurement);
+  measurement is discarded, and the rest of the batch goes on (an apparatus problem is not evidence against a
+  datasheet, and one broken claim must not cost the others their verdicts). A link lost once and brought back at
+  once by the driver is not such a problem: the staging (or procedure) is staged and read once more after the
+  reconnect (protocols.staging.Chambers.once_more_if_lost); a second loss, or a board lost for good, is. The
+  claim guard extends this to everything else done for one claim (choosing its protocol, its pre-check, the rule
+  on its measurement);
 - a chamber that is not connected: its claims are inconclusive, "chamber not connected", naming the chamber — the
   lab did not try, which is neither evidence nor an apparatus error;
 - the setting guard (the API's server-side limits): every SET list of the whole run — the planned stagings, the
@@ -464,11 +465,9 @@ def _run_procedure(claim: Claim, declaration: Declaration, context: ProtocolCont
     it, however it ended (as the batch applies its steps' restores), so a procedure need not restore itself."""
     reader = ProcedureReader(runner, declaration, context.rows, context.settle_rows, context.station)
     try:
-        try:
-            outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
-        except LinkLost as lost:  # back at once (not lost for good): the procedure once more, from its first SET
-            runner.recover(declaration.chamber or "", lost, f"protocol {declaration.key}")
-            outcome = declaration.procedure(reader, claim)  # type: ignore[misc]
+        outcome = runner.once_more_if_lost(  # a second try runs the procedure again from its first SET
+            declaration.chamber or "", f"protocol {declaration.key}",
+            lambda first: declaration.procedure(reader, claim))  # type: ignore[misc]
     except ProtocolUnavailable as exc:
         return _unavailable(claim, declaration.key, exc)
     except Exception as exc:  # the apparatus guard

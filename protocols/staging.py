@@ -15,7 +15,7 @@ import time
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Protocol as TypingProtocol, Sequence
+from typing import Any, Callable, Mapping, Protocol as TypingProtocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from protocols.declaration import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CHAMBER_NAMES = {"wt": "wind tunnel", "lt": "light tunnel"}
 
@@ -118,20 +119,25 @@ class Chambers:
         guard = self.context.setting_guards.get(kind)
         return dict(settings) if guard is None else guard.check(settings, inputs_only=False)
 
-    def recover(self, kind: str, lost: LinkLost, what: str) -> None:
-        """After `lost` cut `what` short, bring the link back for one more try of it (the driver's reconnect_now:
-        the reconnect is then the caller's, whose fresh SET and settle make the rows read again its own). Re-raises
-        `lost` when the board is lost for good or the chamber cannot reconnect on request.
+    def once_more_if_lost(self, kind: str, what: str, attempt: Callable[[bool], T]) -> T:
+        """`attempt(True)`; if the link is lost in it and the driver brings it back at once (reconnect_now, which
+        takes the reconnect as ours: the second attempt's fresh SET and settle make its rows its own),
+        `attempt(False)` once more. A second loss, a board lost for good (BoardLost) or a chamber that cannot
+        reconnect on request raise as they came.
 
         Why try again: a board that stalls for a few seconds on a starved host (or a glitch on the wire) and comes
         back at once is not evidence against a datasheet; its claims deserve their verdicts, not "link_lost"."""
-        chamber = self.context.chambers.get(kind)
-        reconnect_now = getattr(chamber, "reconnect_now", None) if chamber is not None else None
-        if isinstance(lost, BoardLost) or not callable(reconnect_now):
-            raise lost
-        log.warning("%s: link lost during %s (%s); reconnecting to read it again", kind, what, lost)
-        self.context.progress(f"{kind}: link lost during {what}; reading it again after the reconnect")
-        reconnect_now()
+        try:
+            return attempt(True)
+        except LinkLost as lost:
+            chamber = self.context.chambers.get(kind)
+            reconnect_now = getattr(chamber, "reconnect_now", None) if chamber is not None else None
+            if isinstance(lost, BoardLost) or not callable(reconnect_now):
+                raise
+            log.warning("%s: link lost during %s (%s); reconnecting to read it again", kind, what, lost)
+            self.context.progress(f"{kind}: link lost during {what}; reading it again after the reconnect")
+            reconnect_now()
+        return attempt(False)
 
     def stage(self, kind: str, settings: Mapping[str, float], settle_rows: int, label: str, *,
               settle_s: float = 0.0) -> Settled:
