@@ -220,7 +220,8 @@ class Chamber:
         """Bring a lost link back now (re-applying the last settings, within the reconnect window) and take any
         reconnect not yet reported by a frame as the caller's: the next frame's `reconnected` then speaks only of
         losses after this call. For a caller about to stage and read again after a loss (protocols/staging.py
-        `Chambers.once_more_if_lost`), whose fresh SET and settle make the rows its own. True when there was a reconnect."""
+        `Chambers.once_more_if_lost`), whose fresh SET and settle make the rows its own. True when there was a
+        reconnect."""
         with self._lock:
             self._check_usable()
             self._ensure_link()
