@@ -8,7 +8,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, ContextManager, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRMWARE_BINARIES = {"wt": "wt_mk_1", "lt": "lt_mk_1"}
@@ -26,12 +26,13 @@ def url_process(argv: list[str], stderr: IO[bytes] | int = subprocess.DEVNULL) -
         process.wait(timeout=10)
 
 
-def emulated_board(kind: str, seed: int) -> Iterator[str]:
+def emulated_board(kind: str, seed: int) -> ContextManager[str]:
     """`chamberlab sim serve` at the real board's pace (boot, rows, motors, ACKs), on a free TCP port."""
     return url_process([sys.executable, str(ROOT / "bench_cli.py"), "sim", "serve", "--chamber", kind,
                         "--transport", "tcp", "--pace", "real", "--seed", str(seed)])
 
 
-def firmware_board(build_dir: Path, kind: str, stderr: IO[bytes] | int = subprocess.DEVNULL) -> Iterator[str]:
+def firmware_board(build_dir: Path, kind: str, stderr: IO[bytes] | int = subprocess.DEVNULL
+                   ) -> ContextManager[str]:
     """The real Mk1 firmware of `kind` built in `build_dir` (make -C ../shared/firmware-harness B=...)."""
     return url_process([str(build_dir / FIRMWARE_BINARIES[kind]), "--listen", "127.0.0.1:0"], stderr=stderr)

@@ -60,7 +60,7 @@ def oversize(tmp_path: Path, name: str, start: str, cap: int) -> Path:
     return write(tmp_path, name, start + filler)
 
 
-def refused_fast(load, path: Path, error: type[BaseException]) -> BaseException:
+def refused_unread(load, path: Path, error: type[BaseException]) -> BaseException:
     """`load(path)` refuses the file over the cap by its size (stat) alone: opening it fails the test."""
     real_open = io.open
 
@@ -169,7 +169,7 @@ def test_limits_file(tmp_path):
     with pytest.raises(LimitsError, match=r"field 'variables\.load_in\.max': Input should be a valid number.*'yes'"):
         load_limits(write(tmp_path, "yes.yaml", "variables:\n  load_in: {max: yes}\n"))
     big = oversize(tmp_path, "big.yaml", "chamber: wt", SETTINGS_MAX_BYTES)
-    one_line(refused_fast(load_limits, big, LimitsError), f"limits file {big}: 262145 bytes (256.0 KiB); expected a "
+    one_line(refused_unread(load_limits, big, LimitsError), f"limits file {big}: 262145 bytes (256.0 KiB); expected a "
              "file of at most 262144 bytes (256.0 KiB)")
 
 
@@ -177,7 +177,7 @@ def test_the_nine_megabyte_limits_file_of_the_issue_is_refused_in_well_under_a_s
     path = write(tmp_path, "huge.yaml", "variables:\n" + "".join(f"  v{i}: {{min: 0, max: 1}}\n"
                                                                    for i in range(360_000)))
     assert path.stat().st_size > 9_000_000
-    one_line(refused_fast(load_limits, path, LimitsError), f"limits file {path}: {path.stat().st_size} bytes (",
+    one_line(refused_unread(load_limits, path, LimitsError), f"limits file {path}: {path.stat().st_size} bytes (",
              " MiB); expected a file of at most 262144 bytes (256.0 KiB)")
 
 
@@ -192,7 +192,7 @@ def test_safe_state_file(tmp_path):
         load_safe_state(write(tmp_path, "bool.json", '{"wt": {"load_in": true}}'))
     one_line(caught.value, "bool.json: field 'wt.load_in': expected a number, got true (a boolean)")
     big = oversize(tmp_path, "big.yaml", "wt: {load_in: 0}", SETTINGS_MAX_BYTES)
-    one_line(refused_fast(load_safe_state, big, LimitsError), "safe-state file",
+    one_line(refused_unread(load_safe_state, big, LimitsError), "safe-state file",
              "expected a file of at most 262144 bytes")
 
 
@@ -212,7 +212,7 @@ def test_station_file(tmp_path):
                                 .replace("current_limit_a: 1.0e-3", "current_limit_a: true", 1)))
     one_line(caught.value, "field 'seed': expected a number, got true", "field 'rails[0].current_limit_a'")
     big = oversize(tmp_path, "big.yaml", text, SETTINGS_MAX_BYTES)
-    one_line(refused_fast(load_station_file, big, StationError), "station file", "at most 262144 bytes (256.0 KiB)")
+    one_line(refused_unread(load_station_file, big, StationError), "station file", "at most 262144 bytes (256.0 KiB)")
 
 
 def test_a_station_file_error_is_one_line_not_a_tuple(tmp_path):
@@ -237,7 +237,7 @@ def test_certificate_file(tmp_path):
         load_certificate(write(tmp_path, "bool.yaml", text.replace("coverage_factor: 2.0", "coverage_factor: true")))
     one_line(caught.value, "field 'quantities.pressure.coverage_factor': expected a number, got true (a boolean)")
     big = oversize(tmp_path, "big.yaml", text, SETTINGS_MAX_BYTES)
-    one_line(refused_fast(load_certificate, big, CertificateError), "certificate file",
+    one_line(refused_unread(load_certificate, big, CertificateError), "certificate file",
              "at most 262144 bytes (256.0 KiB)")
 
 
@@ -256,7 +256,7 @@ def test_claim_file(tmp_path):
     one_line(caught.value, "claim dps310-test-range: field 'source.page': expected a number, got true (a boolean)")
     big = oversize(tmp_path, "big.yaml", text, CLAIM_MAX_BYTES)
     assert CLAIM_MAX_BYTES == DATA_MAX_BYTES
-    one_line(refused_fast(load_claims, big, ClaimFileError), f"{big}: ",
+    one_line(refused_unread(load_claims, big, ClaimFileError), f"{big}: ",
              "expected a file of at most 1048576 bytes (1.0 MiB)")
 
 
@@ -275,7 +275,7 @@ def test_simulator_params_file(tmp_path):
     with pytest.raises(ModelFileError, match=r"key 'power_on\.hatch' appears twice"):  # as `--params` reads it
         read_params(write(tmp_path, "dup.yaml", "power_on:\n  hatch: 0\n  hatch: 90\n"))
     big = oversize(tmp_path, "big.json", "{}", SETTINGS_MAX_BYTES)
-    one_line(refused_fast(load_params, big, ModelFileError), "simulator parameters", "at most 262144 bytes (256.0 KiB)")
+    one_line(refused_unread(load_params, big, ModelFileError), "simulator parameters", "at most 262144 bytes (256.0 KiB)")
 
 
 # ------------------------------------------------------------------------------------------------ calibration
@@ -290,7 +290,7 @@ def test_calibration_record_file(tmp_path):
         load_record(write(tmp_path, "bool.json", json.dumps({"parameters": {"osr": True, "n": 8}})))
     one_line(caught.value, "field 'parameters.osr': expected a number, got true (a boolean)")
     big = oversize(tmp_path, "big.json", "{}", SETTINGS_MAX_BYTES)
-    one_line(refused_fast(load_record, big, RecordError), "calibration record", "at most 262144 bytes (256.0 KiB)")
+    one_line(refused_unread(load_record, big, RecordError), "calibration record", "at most 262144 bytes (256.0 KiB)")
 
 
 # ------------------------------------------------------------------------------------------------ protocol file
@@ -300,7 +300,7 @@ def test_a_protocol_file_above_its_cap_is_refused_before_it_is_read(tmp_path):
     path = tmp_path / "huge.txt"
     with path.open("wb") as fh:  # sparse: stat() says 16 MiB + 1, nothing to read but zeros
         fh.truncate(PROTOCOL_MAX_BYTES + 1)
-    one_line(refused_fast(load_protocol, path, ProtocolError),
+    one_line(refused_unread(load_protocol, path, ProtocolError),
              f"{path}: {PROTOCOL_MAX_BYTES + 1} bytes (16.0 MiB); expected a file of at most {PROTOCOL_MAX_BYTES} "
              "bytes (16.0 MiB); nothing was sent")
 

@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from firmware_bridge.error_text import exception_line
 from chamber.emulated import EmulatedSpec, EmulatedUrlError, parse_emulated_url
 from chamber.limits import LimitsFileError, OperatorLimits, parse_limits
 from chamber.safe_state import SafeState, parse_safe_state, resolve_safe_state
+from firmware_bridge.error_text import exception_line
 from firmware_bridge.model_file import ModelFileError, read_data_file, validate_model
 from firmware_bridge.variables import LAYOUTS
 

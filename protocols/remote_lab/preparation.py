@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from firmware_bridge.error_text import exception_line
 from chamber.errors import ChamberError, InvalidSetting
 from chamber.safe_state import same_float32
+from firmware_bridge.error_text import exception_line
 from firmware_bridge.errors import BridgeError
 from firmware_bridge.variables import UNSET, Kind
 

@@ -16,13 +16,13 @@ import json
 import logging
 from typing import Any
 
-from firmware_bridge.error_text import exception_line
 from chamber.errors import ChamberError
 from chamber.protocol_language import ProtocolError, parse_protocol
 from chamber.protocol_runner import run_protocol
 from chamber.public_csv import PublicCsvWriter
 from chamber.safe_state import apply_safe_state
 from chamber.stop import StopRequest
+from firmware_bridge.error_text import exception_line
 from firmware_bridge.errors import BridgeError
 from protocols.remote_lab import session_store
 

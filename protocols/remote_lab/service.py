@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from firmware_bridge.error_text import exception_line
 from chamber.remote_lab_backend import write_credentials
 from chamber.selection import default_link_state_dir
+from firmware_bridge.error_text import exception_line
 from protocols.remote_lab import audit, store
 from protocols.remote_lab.accounts import Accounts, AccountError, read_password_file
 from protocols.remote_lab.files import private_file, private_folder
