@@ -365,6 +365,8 @@ class ProgressLine:
         left = self._eta_left()
         if left is not None:
             return left
+        if self.total and self.done >= self.total:  # every step done: nothing left, whatever the steps were like
+            return 0.0
         if not self.rate_eta or not self.total or not self.done:
             return None
         return self.elapsed() / self.done * max(0, self.total - self.done)

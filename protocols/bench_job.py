@@ -88,12 +88,13 @@ class TextProgress:
     (firmware_bridge/progress_line.py): each stage `label i/N (p %) elapsed ETA note`, redrawn in place on a
     terminal and fitted to its width - 1 (never wraps; elapsed moves during a long step), the current `detail` as
     its note; `say` lines printed above it (wrapped at spaces, never cut: they may be the hint that matters), each
-    stamped with the job's elapsed time. A stage of claims graded in one planned batch (UNEVEN_STAGES: the first
-    claims need no chamber, the last may need minutes of it) shows "ETA ?" rather than an ETA from its rate so
-    far, which would promise seconds. Not on a terminal: a line at each stage's start and end, between them at
+    stamped with the job's elapsed time. A stage whose steps are not alike (UNEVEN_STAGES: claims graded in one
+    planned batch, whose first need no chamber and last may need minutes of it; the agent's cells, where the few
+    whose phase two measures on the chamber take 7 s each and the rest a tenth of that) shows "ETA ?" rather
+    than an ETA from its rate so far, which would promise seconds ("agent 42/49 ETA 0:02", then 26 s). Not on a terminal: a line at each stage's start and end, between them at
     most one every `every` seconds (never one per step or per settle), and every `say` line."""
 
-    UNEVEN_STAGES = frozenset({"checks", "station"})
+    UNEVEN_STAGES = frozenset({"checks", "station", "agent"})
 
     def __init__(self, stream: TextIO, *, width: int | None = None, tty: bool | None = None,
                  every: float | None = None, clock: Callable[[], float] | None = None) -> None:

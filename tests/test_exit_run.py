@@ -179,3 +179,16 @@ def test_progress_on_a_terminal_redraws_one_line_with_details_and_never_passes_7
     log.advance("b: submitted")  # the stage's end: always
     assert plain.getvalue().splitlines() == ["agent 0/2 (0 %) elapsed 0:00 ETA ?",
                                              "agent 2/2 (100 %) elapsed 0:12 ETA 0:00 b: submitted"]
+
+
+def test_the_agent_stage_promises_no_eta_from_its_fast_cells():
+    """The main job's cells are not alike (phase two on the chamber takes 7 s, the others a tenth of that): after
+    42 fast cells the line says "ETA ?", not the 2 s their rate would promise for the last 7."""
+    now = [0.0]
+    plain = io.StringIO()
+    log = TextProgress(plain, tty=False, every=0.0, clock=lambda: now[0])
+    log.start("agent", 49)
+    for _ in range(42):
+        now[0] += 0.24
+        log.advance("a4988-blank-time: submitted")
+    assert plain.getvalue().splitlines()[-1] == "agent 42/49 (85 %) elapsed 0:10 ETA ? a4988-blank-time: submitted"
