@@ -104,6 +104,7 @@ class PtyTransport:
         self.link_path = link_path  # like /dev/serial/by-id: survives the board vanishing and coming back
         self.fd = -1
         self.device = ""
+        self._vanished: list[int] = []  # slaves of vanished devices, held so their numbers are not reused (hang_up)
         self._open_pty()
 
     def _open_pty(self) -> None:
@@ -165,12 +166,14 @@ class PtyTransport:
             raise
 
     def hang_up(self) -> None:
-        """Vanish: the device disappears (the host's next read fails) and comes back as a new pty. The new one is
-        opened before the old one is closed: the kernel hands out the lowest free pty number, and the vanished
-        device's number coming straight back would let a host reopen the old path and find the board there."""
-        vanished = self.fd
+        """Vanish: the device disappears (the host's next read fails, reopening its path finds nothing) and comes
+        back as a new pty. The vanished device's number stays taken until the board is closed (the board holds
+        its slave: the kernel frees a pty's number only when every end is closed, and removes the path when the
+        master closes), so no other pty gets it meanwhile: a host reopening the old path finds no board, not
+        this board again nor another test's terminal (a reconnecting host once sent its RST probes into one)."""
+        self._vanished.append(os.open(self.device, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK))
+        os.close(self.fd)
         self._open_pty()
-        os.close(vanished)
 
     def end_session(self) -> None:
         pass  # the host closed the slave; the master stays for the next host
@@ -180,6 +183,8 @@ class PtyTransport:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        while self._vanished:
+            os.close(self._vanished.pop())
         if self.link_path is not None and self.link_path.is_symlink():
             self.link_path.unlink()
 

@@ -6,6 +6,8 @@ deliver every row exactly once (the CountingModel makes a lost, repeated or dama
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import serial
@@ -207,6 +209,31 @@ def test_port_vanishing_mid_msr_is_link_lost(transport):
             session.measure(200)
         with pytest.raises(LinkLost):
             session.measure(1)
+        session.close()
+
+
+def test_a_vanished_pty_path_finds_nothing_and_its_number_goes_to_no_other_pty():
+    """A vanished board's old path must not lead a reconnecting host anywhere: not to the board again, and not to
+    a pty opened meanwhile (tests run in parallel: a host retrying a freed number once sent its RST probes into
+    another test's terminal)."""
+    with running_board("wt", "pty", model=CountingModel(), faults=BoardFaults(vanish_after_rows=5)) as board:
+        old = board.url
+        session = Mk1Session.connect(old, timing=FAST_TIMING)
+        with pytest.raises(LinkLost):
+            session.measure(20)
+        session.close()
+        with pytest.raises(LinkLost, match="cannot open"):
+            Mk1Session.connect(old, timing=FAST_TIMING)
+        others = [os.openpty() for _ in range(3)]
+        try:
+            assert old not in {os.ttyname(slave) for _, slave in others}
+        finally:
+            for master, slave in others:
+                os.close(master)
+                os.close(slave)
+        assert board.url != old  # the board came back as a new device
+        session = Mk1Session.connect(board.url, timing=FAST_TIMING)
+        assert session.measure(2).values.shape == (2, 35)
         session.close()
 
 
