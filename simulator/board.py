@@ -100,14 +100,17 @@ class PtyTransport:
 
     kind = "pty"
 
-    def __init__(self, link_path: Path | None = None):
-        self.link_path = link_path  # like /dev/serial/by-id: survives the board vanishing and coming back
+    def __init__(self, link_path: Path | None = None, *, link_survives_vanish: bool = True):
+        self.link_path: Path | None = None  # the URL hosts open, when given: a symlink to the current device
+        self.link_survives_vanish = link_survives_vanish  # like /dev/serial/by-id (else the vanished link is gone)
+        self._vanishes = 0
         self.fd = -1
         self.device = ""
         self._vanished: list[int] = []  # slaves of vanished devices, held so their numbers are not reused (hang_up)
-        self._open_pty()
+        self._open_pty(link_path)
 
-    def _open_pty(self) -> None:
+    def _open_pty(self, link_path: Path | None) -> None:
+        """A new pty, and `link_path` made a symlink to it (replaced in one step) before the URL names it."""
         master, slave = os.openpty()
         tty.setraw(slave)  # raw before any host opens it: no echo, no line editing of NUL/EOT
         self.device = os.ttyname(slave)
@@ -117,12 +120,13 @@ class PtyTransport:
         if getattr(self, "watch", None) is not None:
             self.watch.close()
         self.watch = _OpenWatch(self.device)
-        if self.link_path is not None:
-            tmp = self.link_path.with_name(self.link_path.name + ".new")
+        if link_path is not None:
+            tmp = link_path.with_name(link_path.name + ".new")
             if tmp.is_symlink() or tmp.exists():
                 tmp.unlink()
             os.symlink(self.device, tmp)
-            os.replace(tmp, self.link_path)
+            os.replace(tmp, link_path)
+        self.link_path = link_path
 
     @property
     def url(self) -> str:
@@ -167,13 +171,20 @@ class PtyTransport:
 
     def hang_up(self) -> None:
         """Vanish: the device disappears (the host's next read fails, reopening its path finds nothing) and comes
-        back as a new pty. The vanished device's number stays taken until the board is closed (the board holds
-        its slave: the kernel frees a pty's number only when every end is closed, and removes the path when the
-        master closes), so no other pty gets it meanwhile: a host reopening the old path finds no board, not
-        this board again nor another test's terminal (a reconnecting host once sent its RST probes into one)."""
+        back as a new pty, behind the same link when it survives a vanish (/dev/serial/by-id), else a new one
+        (the old link is removed). The vanished device's number stays taken until the board is closed (the board
+        holds its slave: the kernel frees a pty's number only when every end is closed, and removes the path
+        when the master closes), so no other pty gets it meanwhile: a host reopening the old device path finds
+        nothing, not another test's board or terminal (a reconnecting host once sent its RST probes into one)."""
         self._vanished.append(os.open(self.device, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK))
-        os.close(self.fd)
-        self._open_pty()
+        vanished, old_link = self.fd, self.link_path
+        if old_link is not None and not self.link_survives_vanish:  # the board comes back under a new link
+            self._vanishes += 1
+            self._open_pty(old_link.with_name(f"{old_link.name.split('~')[0]}~{self._vanishes}"))
+            old_link.unlink(missing_ok=True)
+        else:
+            self._open_pty(old_link)
+        os.close(vanished)
 
     def end_session(self) -> None:
         pass  # the host closed the slave; the master stays for the next host
@@ -406,7 +417,7 @@ def make_board(chamber: str = "wt", *, transport: str = "pty", seed: int = 0, co
                model: PhysicsModel | None = None, params: dict[str, Any] | None = None,
                faults: BoardFaults | None = None, pace: str = "real", window: int = 1,
                boot_delay: float | None = None, host: str = "127.0.0.1", port: int = 0,
-               link_path: Path | None = None) -> Mk1Board:
+               link_path: Path | None = None, link_survives_vanish: bool = True) -> Mk1Board:
     """Build a board (its model from simulator.physics unless one is given) on a new transport.
 
     By default it is the real board's double: its timings (`pace="real"`) and stop-and-wait (`window=1`); the
@@ -414,7 +425,7 @@ def make_board(chamber: str = "wt", *, transport: str = "pty", seed: int = 0, co
     if model is None:
         model = make_model(chamber, config=config, seed=seed, params=params)
     if transport == "pty":
-        chosen: PtyTransport | TcpTransport = PtyTransport(link_path)
+        chosen: PtyTransport | TcpTransport = PtyTransport(link_path, link_survives_vanish=link_survives_vanish)
     elif transport == "tcp":
         chosen = TcpTransport(host, port)
     else:
@@ -428,13 +439,18 @@ def running_board(chamber: str = "wt", transport: str = "pty", seed: int = 0, *,
                   model: PhysicsModel | None = None, config: str = "standard", pace: str = "fast",
                   window: int = 1, stable_path: bool = False, params: dict[str, Any] | None = None,
                   boot_delay: float | None = None) -> Iterator[BoardHandle]:
-    """A board serving in a background thread. `stable_path=True` (pty only) gives a symlink URL that survives
-    the vanish fault, like /dev/serial/by-id does for a USB device. Fast pace by default, because its users are
-    tests and the main job (simulator/board_protocol.py FIDELITY); `pace="real"` for the real board's timings."""
+    """A board serving in a background thread. On a pty its URL is a symlink of its own in a private folder,
+    removed with the board: a host that outlives its board (a reconnect loop, a leaked session) finds nothing at
+    that path, never a pty the kernel handed to another board or terminal since (tests run in parallel, and root
+    is not held off by the exclusive open). `stable_path=True` keeps the symlink across the vanish fault, like
+    /dev/serial/by-id does for a USB device; otherwise the vanished board's link goes with it. Fast pace by
+    default, because its users are tests and the main job (simulator/board_protocol.py FIDELITY); `pace="real"`
+    for the real board's timings."""
     with tempfile.TemporaryDirectory(prefix="mk1-board-") as tmp:
-        link_path = Path(tmp) / f"mk1-{chamber}" if stable_path and transport == "pty" else None
+        link_path = Path(tmp) / f"mk1-{chamber}" if transport == "pty" else None
         board = make_board(chamber, transport=transport, seed=seed, config=config, model=model, params=params,
-                           faults=faults, pace=pace, window=window, boot_delay=boot_delay, link_path=link_path)
+                           faults=faults, pace=pace, window=window, boot_delay=boot_delay, link_path=link_path,
+                           link_survives_vanish=stable_path)
         stop = threading.Event()
         thread = threading.Thread(target=board.serve, args=(stop,), name=f"mk1-board-{chamber}", daemon=True)
         thread.start()

@@ -217,16 +217,17 @@ def test_a_vanished_pty_path_finds_nothing_and_its_number_goes_to_no_other_pty()
     a pty opened meanwhile (tests run in parallel: a host retrying a freed number once sent its RST probes into
     another test's terminal)."""
     with running_board("wt", "pty", model=CountingModel(), faults=BoardFaults(vanish_after_rows=5)) as board:
-        old = board.url
+        old, device = board.url, board.board.transport.device
         session = Mk1Session.connect(old, timing=FAST_TIMING)
         with pytest.raises(LinkLost):
             session.measure(20)
         session.close()
-        with pytest.raises(LinkLost, match="cannot open"):
-            Mk1Session.connect(old, timing=FAST_TIMING)
+        for path in (old, device):  # the board's own link, and the device it pointed at
+            with pytest.raises(LinkLost, match="cannot open"):
+                Mk1Session.connect(path, timing=FAST_TIMING)
         others = [os.openpty() for _ in range(3)]
         try:
-            assert old not in {os.ttyname(slave) for _, slave in others}
+            assert device not in {os.ttyname(slave) for _, slave in others}
         finally:
             for master, slave in others:
                 os.close(master)
